@@ -1,0 +1,146 @@
+"""The command line: serve, check-env, install-skill (and the commands later steps add)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+from pt2_bug_basher import __version__
+
+DEFAULT_SKILL_DEST = Path.home() / ".claude" / "skills" / "pt2-bug-basher"
+
+
+def _server_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--state-dir", help="case store directory (default: REPO/.pt2-bug-basher)")
+    parser.add_argument("--repo", help="repository being fixed (default: the current directory)")
+    parser.add_argument("--root", action="append", default=[], help="another directory tools may touch (repeatable)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pt2-bug-basher", description="Debug PyTorch 2 compiler failures.")
+    parser.add_argument("--version", action="version", version=f"pt2-bug-basher {__version__}")
+    sub = parser.add_subparsers(dest="command")
+
+    serve = sub.add_parser("serve", help="run the MCP server (stdio by default)")
+    serve.add_argument("--transport", choices=["stdio", "http"], default="stdio")
+    serve.add_argument("--host", default="127.0.0.1", help="HTTP bind address (loopback by default)")
+    serve.add_argument("--port", type=int, default=8000)
+    _server_options(serve)
+
+    env = sub.add_parser("check-env", help="check the environment and print the report")
+    group = env.add_mutually_exclusive_group()
+    group.add_argument("--conda-env", help="conda env (or virtualenv) name")
+    group.add_argument("--python", help="interpreter path")
+    env.add_argument("--json", action="store_true", help="print the report as JSON")
+    _server_options(env)
+
+    skill = sub.add_parser("install-skill", help="copy the skill into Claude Code's skills directory")
+    skill.add_argument("--dest", help=f"destination directory (default: {DEFAULT_SKILL_DEST})")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command in (None, "serve"):
+        if args.command is None:
+            args = parser.parse_args(["serve", *(argv or [])])
+        return _serve(args)
+    if args.command == "check-env":
+        return _check_env(args)
+    if args.command == "install-skill":
+        return _install_skill(args)
+    parser.error(f"unknown command {args.command}")
+    return 2
+
+
+def _config(args: argparse.Namespace):
+    from pt2_bug_basher.config import ServerConfig
+
+    return ServerConfig.from_options(state_dir=args.state_dir, repo=args.repo, roots=args.root)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from pt2_bug_basher.app import create_server
+
+    server = create_server(_config(args))
+    if args.transport == "stdio":
+        server.run("stdio")
+        return 0
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        print("pt2-bug-basher: refusing to serve HTTP on a non-loopback address", file=sys.stderr)
+        return 2
+    server.run("streamable-http", host=args.host, port=args.port)
+    return 0
+
+
+def _check_env(args: argparse.Namespace) -> int:
+    import anyio
+
+    from pt2_bug_basher.environment import start_case
+    from pt2_bug_basher.errors import BugBasherError
+    from pt2_bug_basher.store import Store
+
+    config = _config(args)
+    try:
+        result = anyio.run(
+            lambda: start_case(Store(config.state_dir), config.default_repo, args.conda_env, args.python)
+        )
+    except BugBasherError as exc:
+        print(f"pt2-bug-basher: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(result.model_dump_json(indent=2))
+    else:
+        print(format_env_report(result))
+    return 0 if result.ok else 1
+
+
+def format_env_report(result) -> str:
+    lines = [f"Interpreter : {result.python} (Python {result.python_version or '?'})", f"Chosen by   : {result.rule}"]
+    if result.active_env:
+        lines.append(f"Active env  : {result.active_env}")
+    lines.append(f"Repository  : {result.repo}")
+    if result.torch is not None:
+        t = result.torch
+        lines += [
+            f"torch       : {t.version} (git {t.git_version or '?'})",
+            f"torch from  : {t.file}" + ("  [develop build of the repository]" if t.imported_from_repo else ""),
+            f"CUDA        : {'available, ' + (t.cuda_version or '?') if t.cuda_available else 'not available'}",
+        ]
+        for gpu in t.gpus:
+            lines.append(f"GPU {gpu.index}       : {gpu.name}, compute capability {gpu.capability}, {gpu.memory_gib} GiB")
+        lines.append(f"Triton      : {t.triton_version or 'not installed'}")
+        lines.append(f"TORCH_LOGS  : {len(t.log_components)} components, {len(t.log_artifacts)} artifacts")
+    else:
+        lines.append(f"torch       : cannot be imported: {result.import_error}")
+    for warning in result.warnings:
+        lines.append(f"Warning     : {warning}")
+    if result.ask_user:
+        lines.append(f"Question    : {result.ask_user}")
+    if result.case_id:
+        lines.append(f"Case        : {result.case_id}")
+    lines.append(f"Next        : {result.next_step}")
+    return "\n".join(lines)
+
+
+def _install_skill(args: argparse.Namespace) -> int:
+    from pt2_bug_basher.content import skill_dir
+
+    dest = Path(args.dest).expanduser() if args.dest else DEFAULT_SKILL_DEST
+    dest.mkdir(parents=True, exist_ok=True)
+    for item in skill_dir().iterdir():
+        target = dest / item.name
+        if item.is_dir():
+            shutil.copytree(item, target, dirs_exist_ok=True)
+        else:
+            shutil.copy2(item, target)
+    print(f"installed the pt2-bug-basher skill into {dest}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

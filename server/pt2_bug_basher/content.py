@@ -1,0 +1,70 @@
+"""The skill and prompt texts: packaged in the wheel under _data/, read from the repo in a checkout."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from pt2_bug_basher.errors import NotFound
+
+_PACKAGED = Path(__file__).parent / "_data"
+_CHECKOUT = Path(__file__).resolve().parents[2]
+
+
+def data_dir(name: str) -> Path:
+    """`skill` or `prompts`: the packaged copy if installed from a wheel, else the checkout's."""
+    for base in (_PACKAGED, _CHECKOUT):
+        candidate = base / name
+        if candidate.is_dir():
+            return candidate
+    raise NotFound(f"the {name}/ directory is missing from this installation; reinstall pt2-bug-basher.")
+
+
+def skill_dir() -> Path:
+    return data_dir("skill")
+
+
+@functools.cache
+def skill_text() -> str:
+    return (skill_dir() / "SKILL.md").read_text(encoding="utf-8")
+
+
+def skill_body() -> str:
+    """SKILL.md without its YAML frontmatter."""
+    text = skill_text()
+    if text.startswith("---"):
+        end = text.find("\n---", 3)
+        if end != -1:
+            return text[end + 4 :].lstrip("\n")
+    return text
+
+
+def prompt_file(relative: str) -> str:
+    base = data_dir("prompts")
+    path = (base / relative).resolve()
+    if not path.is_relative_to(base.resolve()) or not path.is_file():
+        raise NotFound(f"no prompt template {relative!r}")
+    return path.read_text(encoding="utf-8")
+
+
+def parse_frontmatter(text: str) -> tuple[dict[str, object], str]:
+    """Split a Markdown file into its YAML frontmatter and body."""
+    if not text.startswith("---"):
+        return {}, text
+    end = text.find("\n---", 3)
+    if end == -1:
+        return {}, text
+    import yaml
+
+    meta = yaml.safe_load(text[3:end]) or {}
+    return (meta if isinstance(meta, dict) else {}), text[end + 4 :].lstrip("\n")
+
+
+@functools.cache
+def category_playbook(category: str) -> tuple[dict[str, object], str]:
+    return parse_frontmatter(prompt_file(f"categories/{category}.md"))
+
+
+def celebrations() -> list[str]:
+    text = prompt_file("celebrations.txt")
+    return [chunk.strip("\n") for chunk in text.split("\n%\n") if chunk.strip()]

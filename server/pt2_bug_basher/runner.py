@@ -1,0 +1,307 @@
+"""The process runner shared by every tool that runs code.
+
+A child runs in its own session (so its whole process group can be killed, Inductor's compile
+workers included), with stdin closed. stdout and stderr stream to files as they arrive; each
+log keeps its head and a bounded tail in memory, so memory stays flat whatever the child prints.
+A timeout or a cancelled call kills the group and every descendant that left it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio
+import anyio.abc
+
+DEFAULT_LOG_CAP = 8 * 1024 * 1024
+KILL_GRACE_S = 2.0
+_CHUNK = 64 * 1024
+
+
+@dataclass
+class ProcessOutcome:
+    argv: list[str]
+    exit_code: int | None
+    signal_name: str | None
+    timed_out: bool
+    cancelled: bool
+    duration_s: float
+    pid: int
+    stdout_path: Path | None = None
+    stderr_path: Path | None = None
+    stdout_bytes: int = 0
+    stderr_bytes: int = 0
+    stdout_cut: int = 0
+    stderr_cut: int = 0
+    killed_pids: list[int] = field(default_factory=list)
+
+    @property
+    def status(self) -> str:
+        if self.cancelled:
+            return "cancelled"
+        if self.timed_out:
+            return "timeout"
+        return "finished"
+
+    def describe_exit(self) -> str:
+        if self.timed_out:
+            return f"killed after the timeout ({self.duration_s:.1f}s)"
+        if self.cancelled:
+            return "cancelled; the process group was killed"
+        if self.signal_name:
+            return f"killed by {self.signal_name}"
+        return f"exit code {self.exit_code}"
+
+
+def signal_name(returncode: int | None) -> str | None:
+    if returncode is None or returncode >= 0:
+        return None
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"
+
+
+class CappedLog:
+    """Writes a stream to a file, keeping at most `cap` bytes: the head, then the tail."""
+
+    def __init__(self, path: Path, cap: int = DEFAULT_LOG_CAP) -> None:
+        self.path = path
+        self.head_cap = cap // 2
+        self.tail_cap = cap - self.head_cap
+        self.total = 0
+        self._head_written = 0
+        self._tail = bytearray()
+        self._file = open(path, "wb")  # noqa: SIM115 - closed in close()
+
+    def write(self, data: bytes) -> None:
+        self.total += len(data)
+        room = self.head_cap - self._head_written
+        if room > 0:
+            head, data = data[:room], data[room:]
+            self._file.write(head)
+            self._file.flush()
+            self._head_written += len(head)
+        if data:
+            self._tail += data
+            if len(self._tail) > 2 * self.tail_cap:
+                del self._tail[: len(self._tail) - self.tail_cap]
+
+    @property
+    def cut(self) -> int:
+        return max(0, self.total - self._head_written - min(len(self._tail), self.tail_cap))
+
+    def close(self) -> None:
+        tail = bytes(self._tail[-self.tail_cap :]) if self._tail else b""
+        if self.cut:
+            self._file.write(f"\n[... pt2-bug-basher cut {self.cut} bytes here ...]\n".encode())
+        self._file.write(tail)
+        self._file.close()
+        self._tail = bytearray()
+
+
+def _descendants(root_pid: int) -> list[int]:
+    """Every live descendant of root_pid, read from /proc (Linux); empty elsewhere."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                stat = fh.read().decode(errors="replace")
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    found: list[int] = []
+    stack = [root_pid]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            found.append(child)
+            stack.append(child)
+    return found
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def kill_tree(pid: int) -> list[int]:
+    """SIGKILL the process group led by pid and any descendant that left it. Returns pids hit."""
+    victims = _descendants(pid)
+    _signal_group(pid, signal.SIGKILL)
+    for victim in victims:
+        try:
+            os.kill(victim, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return [pid, *victims]
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+async def _terminate(process: anyio.abc.Process) -> list[int]:
+    """SIGTERM the group, give it a moment, then SIGKILL the group and stragglers."""
+    victims = _descendants(process.pid)
+    _signal_group(process.pid, signal.SIGTERM)
+    with anyio.move_on_after(KILL_GRACE_S):
+        await process.wait()
+    killed = kill_tree(process.pid)
+    for victim in victims:
+        try:
+            os.kill(victim, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    with anyio.move_on_after(KILL_GRACE_S):
+        await process.wait()
+    return sorted(set(killed) | set(victims))
+
+
+ProgressCallback = Callable[[float], Awaitable[None]]
+
+
+async def run_process(
+    argv: list[str],
+    *,
+    cwd: Path,
+    env: dict[str, str],
+    timeout_s: float,
+    stdout_path: Path | None = None,
+    stderr_path: Path | None = None,
+    log_cap: int = DEFAULT_LOG_CAP,
+    on_start: Callable[[int], None] | None = None,
+    on_progress: ProgressCallback | None = None,
+    progress_interval_s: float = 10.0,
+) -> ProcessOutcome:
+    """Run argv to completion, a timeout or cancellation; always leaves no process behind.
+
+    With no log paths, output is discarded (use run_captured for small captured output).
+    """
+    started = time.monotonic()
+    stdout_log = CappedLog(stdout_path, log_cap) if stdout_path else None
+    stderr_log = CappedLog(stderr_path, log_cap) if stderr_path else None
+    process = await anyio.open_process(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE if stdout_log else subprocess.DEVNULL,
+        stderr=subprocess.PIPE if stderr_log else subprocess.DEVNULL,
+        cwd=cwd,
+        env=env,
+        start_new_session=True,
+    )
+    if on_start is not None:
+        on_start(process.pid)
+    timed_out = False
+    cancelled = False
+    killed: list[int] = []
+
+    async def pump(stream: anyio.abc.ByteReceiveStream | None, log: CappedLog | None) -> None:
+        if stream is None or log is None:
+            return
+        try:
+            while True:
+                log.write(await stream.receive(_CHUNK))
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            return
+
+    async def tick() -> None:
+        if on_progress is None:
+            return
+        while True:
+            await anyio.sleep(progress_interval_s)
+            await on_progress(time.monotonic() - started)
+
+    try:
+        async with anyio.create_task_group() as readers:
+            readers.start_soon(pump, process.stdout, stdout_log)
+            readers.start_soon(pump, process.stderr, stderr_log)
+            async with anyio.create_task_group() as waiter:
+                waiter.start_soon(tick)
+                with anyio.move_on_after(timeout_s) as scope:
+                    await process.wait()
+                waiter.cancel_scope.cancel()
+            if scope.cancelled_caught:
+                timed_out = True
+                killed = await _terminate(process)
+            elif group_alive(process.pid):
+                # The child is gone; anything it left in its group (stray workers) goes too.
+                killed = kill_tree(process.pid)
+            # A grandchild in another session may still hold the pipes open: stop reading soon.
+            readers.cancel_scope.deadline = anyio.current_time() + KILL_GRACE_S
+    except BaseException:
+        cancelled = True
+        with anyio.CancelScope(shield=True):
+            killed = await _terminate(process)
+            await process.aclose()
+        raise
+    finally:
+        for log in (stdout_log, stderr_log):
+            if log is not None:
+                log.close()
+    await process.aclose()
+    return ProcessOutcome(
+        argv=argv,
+        exit_code=process.returncode,
+        signal_name=None if timed_out else signal_name(process.returncode),
+        timed_out=timed_out,
+        cancelled=cancelled,
+        duration_s=time.monotonic() - started,
+        pid=process.pid,
+        stdout_path=stdout_path,
+        stderr_path=stderr_path,
+        stdout_bytes=stdout_log.total if stdout_log else 0,
+        stderr_bytes=stderr_log.total if stderr_log else 0,
+        stdout_cut=stdout_log.cut if stdout_log else 0,
+        stderr_cut=stderr_log.cut if stderr_log else 0,
+        killed_pids=killed,
+    )
+
+
+@dataclass
+class Captured:
+    outcome: ProcessOutcome
+    stdout: str
+    stderr: str
+
+
+async def run_captured(
+    argv: list[str], *, cwd: Path, env: dict[str, str], timeout_s: float, scratch_dir: Path, cap: int = 1024 * 1024
+) -> Captured:
+    """Run a short helper process (a probe, git, pytest collection) and return its output as text."""
+    scratch_dir.mkdir(parents=True, exist_ok=True)
+    token = f"{os.getpid()}-{time.monotonic_ns()}"
+    out_path = scratch_dir / f"captured-{token}.out"
+    err_path = scratch_dir / f"captured-{token}.err"
+    try:
+        outcome = await run_process(
+            argv, cwd=cwd, env=env, timeout_s=timeout_s, stdout_path=out_path, stderr_path=err_path, log_cap=cap
+        )
+        return Captured(
+            outcome,
+            out_path.read_text(errors="replace"),
+            err_path.read_text(errors="replace"),
+        )
+    finally:
+        for path in (out_path, err_path):
+            path.unlink(missing_ok=True)

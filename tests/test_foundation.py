@@ -1,0 +1,246 @@
+"""The foundation through real MCP clients: tools/list, skill, check_env, gates, the shared store."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import zipfile
+import subprocess
+from pathlib import Path
+
+import pytest
+from mcp import Client
+
+from pt2_bug_basher.app import create_server
+from pt2_bug_basher.config import ServerConfig
+from pt2_bug_basher.names import Step, ToolName
+from pt2_bug_basher.tools import registered_modules
+from pt2_bug_basher.workflow import STEPS, TOOL_REQUIRES
+
+pytestmark = pytest.mark.anyio
+
+
+async def open_case(client: Client) -> str:
+    result = await client.call_tool("check_env", {"python": sys.executable})
+    assert not result.is_error, result.content
+    case_id = result.structured_content["case_id"]
+    assert case_id
+    return case_id
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_tools_list_has_annotations_and_output_schemas(server, mode):
+    async with Client(server, mode=mode) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        assert set(tools) == set(registered_modules())
+        assert {"check_env", "get_workflow", "waive_step"} <= set(tools)
+        for tool in tools.values():
+            assert tool.annotations is not None, tool.name
+            assert tool.annotations.read_only_hint is not None, tool.name
+            assert tool.output_schema and tool.output_schema.get("properties"), tool.name
+            assert "next_step" in tool.output_schema["properties"], tool.name
+            assert tool.description and len(tool.description) > 40, tool.name
+        assert tools["get_workflow"].annotations.read_only_hint is True
+        assert tools["check_env"].annotations.read_only_hint is False
+        assert client.instructions and len(client.instructions.encode()) < 2048
+        assert "check_env" in client.instructions and "celebrate" in client.instructions
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_skill_as_prompt_resource_and_tool(server, mode):
+    skill_md = (Path(__file__).resolve().parents[1] / "skill" / "SKILL.md").read_text()
+    async with Client(server, mode=mode) as client:
+        resource = await client.read_resource("skill://pt2-bug-basher/SKILL.md")
+        assert resource.contents[0].text == skill_md
+        prompt = await client.get_prompt("pt2-bug-basher", {"error_text": "torch._dynamo.exc.Unsupported: boom"})
+        text = prompt.messages[0].content.text
+        assert "torch._dynamo.exc.Unsupported: boom" in text
+        assert "register_test" in text and "make_worktree" in text
+        workflow = await client.call_tool("get_workflow", {})
+        assert not workflow.is_error
+        body = workflow.structured_content["skill"]
+        assert body.strip() and body.strip() in skill_md
+        assert not body.startswith("---")
+
+
+async def test_check_env_reports_the_real_torch_of_a_real_venv(server, this_venv, torch_version):
+    async with Client(server) as client:
+        result = await client.call_tool("check_env", {"python": str(this_venv / "bin" / "python")})
+    data = result.structured_content
+    assert not result.is_error and data["ok"] is True
+    assert data["torch"]["version"] == torch_version
+    assert data["torch"]["git_version"]
+    assert Path(data["torch"]["file"]).is_relative_to(this_venv)
+    assert data["torch"]["imported_from_repo"] is False
+    assert data["warnings"] and "not from the repository" in data["warnings"][0]
+    assert "graph_breaks" in data["torch"]["log_artifacts"]
+    assert "dynamo" in data["torch"]["log_components"]
+    assert data["rule"] == "explicit python argument"
+    assert data["case_id"].startswith("case-")
+    assert "run_with_logs" in data["next_step"] and data["case_id"] in data["next_step"]
+
+
+async def test_check_env_without_torch_is_not_ok_and_opens_no_case(server, venv_without_torch):
+    async with Client(server) as client:
+        result = await client.call_tool("check_env", {"python": str(venv_without_torch / "bin" / "python")})
+        data = result.structured_content
+        assert data["ok"] is False and data["case_id"] is None
+        assert "No module named 'torch'" in data["import_error"]
+        assert "check_env" in data["next_step"]
+    assert server.state.store.list_cases() == []
+
+
+async def test_check_env_follows_conda_variables_to_a_real_venv(server, this_venv, monkeypatch, torch_version):
+    monkeypatch.delenv("VIRTUAL_ENV", raising=False)
+    monkeypatch.setenv("CONDA_PREFIX", str(this_venv))
+    monkeypatch.setenv("CONDA_DEFAULT_ENV", "pt2dev")
+    monkeypatch.delenv("CONDA_EXE", raising=False)
+    async with Client(server) as client:
+        named = (await client.call_tool("check_env", {"conda_env": "pt2dev"})).structured_content
+        active = (await client.call_tool("check_env", {})).structured_content
+        missing = await client.call_tool("check_env", {"conda_env": "nope"})
+    assert named["ok"] and named["python"] == str(this_venv / "bin" / "python")
+    assert "pt2dev" in named["rule"] and "CONDA" in named["rule"]
+    assert named["torch"]["version"] == torch_version and named["ask_user"] is None
+    assert active["python"] == str(this_venv / "bin" / "python") and "active conda env" in active["rule"]
+    assert missing.is_error and "no environment named 'nope'" in missing.content[0].text
+    assert "pt2dev" in missing.content[0].text
+
+
+async def test_no_active_env_asks_the_user(server, monkeypatch):
+    for name in ("VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "CONDA_EXE"):
+        monkeypatch.delenv(name, raising=False)
+    async with Client(server) as client:
+        data = (await client.call_tool("check_env", {})).structured_content
+    assert data["rule"].startswith("no env active or named")
+    assert data["ask_user"] and "Ask the user" in data["ask_user"]
+    assert data["next_step"].startswith("First ask the user")
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_elicitation_picks_the_environment(server, monkeypatch, this_venv, mode):
+    from mcp_types import ElicitResult
+
+    for name in ("VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "CONDA_EXE"):
+        monkeypatch.delenv(name, raising=False)
+    asked: list[str] = []
+
+    async def answer(context, params):
+        asked.append(params.message)
+        return ElicitResult(action="accept", content={"python": str(this_venv / "bin" / "python"), "conda_env": ""})
+
+    async with Client(server, elicitation_callback=answer, mode=mode) as client:
+        data = (await client.call_tool("check_env", {})).structured_content
+    assert asked and "Which environment" in asked[0]
+    assert data["rule"] == "explicit python argument" and data["ok"]
+
+
+async def test_a_case_is_visible_to_a_second_server_on_the_same_store(config):
+    first, second = create_server(config), create_server(config)
+    async with Client(first) as client:
+        case_id = await open_case(client)
+        waived = await client.call_tool(
+            "waive_step", {"case_id": case_id, "step": "reduce", "reason": "the repro is already five lines"}
+        )
+        assert not waived.is_error
+    async with Client(second) as client:
+        status = (await client.call_tool("get_workflow", {"case_id": case_id})).structured_content["case"]
+    by_step = {s["step"]: s for s in status["steps"]}
+    assert by_step["environment"]["status"] == "done"
+    assert by_step["reduce"]["status"] == "waived"
+    assert status["waivers"] == [{"step": "reduce", "reason": "the repro is already five lines"}]
+    assert "run_with_logs" in status["next_step"]
+
+
+async def test_unknown_case_and_bad_waivers_are_tool_errors(server):
+    async with Client(server) as client:
+        unknown = await client.call_tool("get_workflow", {"case_id": "case-nope"})
+        assert unknown.is_error and "check_env()" in unknown.content[0].text
+        case_id = await open_case(client)
+        short = await client.call_tool("waive_step", {"case_id": case_id, "step": "reduce", "reason": "x"})
+        assert short.is_error and "reason" in short.content[0].text
+        env = await client.call_tool("waive_step", {"case_id": case_id, "step": "environment", "reason": "x" * 20})
+        assert env.is_error and "cannot be waived" in env.content[0].text
+        bogus = await client.call_tool("waive_step", {"case_id": case_id, "step": "bogus", "reason": "x" * 20})
+        assert bogus.is_error
+        outside = await client.call_tool("check_env", {"python": sys.executable, "repo": "/"})
+        assert outside.is_error and "outside the allowed roots" in outside.content[0].text
+
+
+def test_workflow_table_is_complete_and_ordered():
+    assert [s.number for s in STEPS] == list(range(1, 14))
+    assert {s.step for s in STEPS} == set(Step)
+    for tool, steps in TOOL_REQUIRES.items():
+        assert isinstance(tool, ToolName) and all(isinstance(s, Step) for s in steps)
+
+
+async def test_stdio_against_the_installed_console_script(workspace):
+    from mcp import StdioServerParameters
+
+    script = Path(sys.executable).parent / "pt2-bug-basher"
+    assert script.exists(), "install the package first (pip install -e .)"
+    params = StdioServerParameters(
+        command=str(script),
+        args=["serve", "--state-dir", str(workspace / "state"), "--repo", str(workspace / "repo")],
+        env={**os.environ},
+    )
+    async with Client(params) as client:
+        names = {t.name for t in (await client.list_tools()).tools}
+        assert "check_env" in names
+        result = await client.call_tool("check_env", {"python": sys.executable})
+        assert result.structured_content["ok"] is True
+        case_id = result.structured_content["case_id"]
+    # The case lives in the store on disk: a fresh in-process server on the same directory sees it.
+    again = create_server(ServerConfig(workspace / "state", workspace / "repo", (workspace,)))
+    assert again.state.store.get_case(case_id).python == sys.executable
+
+
+def test_cli_check_env_prints_the_report(workspace):
+    out = subprocess.run(
+        [sys.executable, "-m", "pt2_bug_basher", "check-env", "--python", sys.executable,
+         "--state-dir", str(workspace / "state"), "--repo", str(workspace / "repo"), "--json"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["ok"] and report["case_id"]
+
+
+def test_install_skill_copies_the_skill(tmp_path):
+    dest = tmp_path / "skills" / "pt2-bug-basher"
+    out = subprocess.run(
+        [sys.executable, "-m", "pt2_bug_basher", "install-skill", "--dest", str(dest)],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    text = (dest / "SKILL.md").read_text()
+    assert text.startswith("---\nname: pt2-bug-basher\n")
+
+
+def test_wheel_carries_skill_and_prompts(tmp_path):
+    root = Path(__file__).resolve().parents[1]
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "dist"), str(root)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert built.returncode == 0, built.stderr[-2000:]
+    wheel = next((tmp_path / "dist").glob("pt2_bug_basher-*.whl"))
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "pt2_bug_basher/_data/skill/SKILL.md" in names
+    assert any(n.startswith("pt2_bug_basher/_data/prompts/categories/") for n in names)
+    assert "pt2_bug_basher/_probes/env_probe.py" in names
+    # Installed from the wheel alone (no checkout on the path), the skill is still found.
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--target", str(target), str(wheel)],
+                   check=True, capture_output=True, timeout=300)
+    probe = (
+        "import sys; sys.path.insert(0, sys.argv[1]);"
+        "import pt2_bug_basher.content as c; print(c.__file__); print(c.skill_dir()); print(len(c.celebrations()))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe, str(target)], capture_output=True, text=True, timeout=60,
+                         cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    module_file, skill_dir, count = out.stdout.split()
+    assert module_file.startswith(str(target)) and skill_dir.startswith(str(target))
+    assert int(count) >= 20
