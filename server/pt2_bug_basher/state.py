@@ -19,7 +19,11 @@ class AppState:
 
     @classmethod
     def from_config(cls, config: ServerConfig) -> AppState:
-        return cls(config=config, store=Store(config.state_dir))
+        state = cls(config=config, store=Store(config.state_dir))
+        from pt2_bug_basher.runs import recover_interrupted
+
+        recover_interrupted(state.store)
+        return state
 
     def workflow(self, case_id: str) -> Workflow:
         case = self.store.get_case(case_id)
