@@ -78,6 +78,7 @@ class CappedLog:
         self.total = 0
         self._head_written = 0
         self._tail = bytearray()
+        self._closed_cut: int | None = None
         self._file = open(path, "wb")  # noqa: SIM115 - closed in close()
 
     def write(self, data: bytes) -> None:
@@ -95,10 +96,13 @@ class CappedLog:
 
     @property
     def cut(self) -> int:
+        if self._closed_cut is not None:
+            return self._closed_cut
         return max(0, self.total - self._head_written - min(len(self._tail), self.tail_cap))
 
     def close(self) -> None:
         tail = bytes(self._tail[-self.tail_cap :]) if self._tail else b""
+        self._closed_cut = self.cut
         if self.cut:
             self._file.write(f"\n[... pt2-bug-basher cut {self.cut} bytes here ...]\n".encode())
         self._file.write(tail)

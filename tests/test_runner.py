@@ -1,0 +1,131 @@
+"""The process runner: timeouts kill whole trees, logs stay bounded, signals have names."""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+from pt2_bug_basher.runner import CappedLog, run_process
+
+pytestmark = pytest.mark.anyio
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+SPAWNER = textwrap.dedent(
+    """
+    import os, subprocess, sys, time
+    pids = []
+    for _ in range(2):
+        p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+        pids.append(p.pid)
+    # One grandchild escapes into its own session, as a daemon would.
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], start_new_session=True)
+    pids.append(p.pid)
+    open(sys.argv[1], "w").write(" ".join(map(str, pids)))
+    print("spawned", flush=True)
+    time.sleep(300)
+    """
+)
+
+
+async def test_timeout_kills_the_script_and_all_its_children(tmp_path: Path):
+    script = tmp_path / "spawner.py"
+    script.write_text(SPAWNER)
+    pid_file = tmp_path / "pids"
+    started = time.monotonic()
+    outcome = await run_process(
+        [sys.executable, str(script), str(pid_file)], cwd=tmp_path, env=dict(os.environ), timeout_s=3,
+        stdout_path=tmp_path / "out", stderr_path=tmp_path / "err",
+    )
+    assert outcome.timed_out and outcome.status == "timeout"
+    assert "timeout" in outcome.describe_exit()
+    assert time.monotonic() - started < 15
+    children = [int(p) for p in pid_file.read_text().split()]
+    await anyio.sleep(0.2)
+    assert not _alive(outcome.pid)
+    assert [p for p in children if _alive(p)] == []
+    assert set(children) <= set(outcome.killed_pids)
+    assert (tmp_path / "out").read_text() == "spawned\n"
+
+
+async def test_cancellation_kills_the_process_group(tmp_path: Path):
+    script = tmp_path / "spawner.py"
+    script.write_text(SPAWNER)
+    pid_file = tmp_path / "pids"
+    seen: list[int] = []
+    with anyio.move_on_after(3):
+        await run_process(
+            [sys.executable, str(script), str(pid_file)], cwd=tmp_path, env=dict(os.environ), timeout_s=60,
+            on_start=seen.append,
+        )
+    await anyio.sleep(0.5)
+    children = [int(p) for p in pid_file.read_text().split()]
+    assert seen and not _alive(seen[0])
+    assert [p for p in children if _alive(p)] == []
+
+
+@pytest.mark.parametrize("code,expected", [
+    ("import ctypes; ctypes.string_at(0)", "SIGSEGV"),
+    ("import os; os.abort()", "SIGABRT"),
+])
+async def test_exit_by_signal_is_named(tmp_path: Path, code: str, expected: str):
+    outcome = await run_process([sys.executable, "-c", code], cwd=tmp_path, env=dict(os.environ), timeout_s=30,
+                                stderr_path=tmp_path / "err")
+    assert outcome.signal_name == expected
+    assert outcome.describe_exit() == f"killed by {expected}"
+    assert outcome.exit_code is not None and outcome.exit_code < 0
+
+
+async def test_stdin_is_closed(tmp_path: Path):
+    outcome = await run_process(
+        [sys.executable, "-c", "import sys; print(repr(sys.stdin.read()))"], cwd=tmp_path, env=dict(os.environ),
+        timeout_s=30, stdout_path=tmp_path / "out",
+    )
+    assert outcome.exit_code == 0 and (tmp_path / "out").read_text().strip() == "''"
+
+
+async def test_200_mb_of_output_keeps_memory_flat_and_logs_capped(tmp_path: Path):
+    code = "import sys\nchunk = ('x' * 1023 + '\\n') * 1024\nfor i in range(200):\n    sys.stdout.write(chunk)\nprint('THE END')"
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    outcome = await run_process(
+        [sys.executable, "-c", code], cwd=tmp_path, env=dict(os.environ), timeout_s=120,
+        stdout_path=tmp_path / "out", log_cap=4 * 1024 * 1024,
+    )
+    grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    assert outcome.exit_code == 0
+    assert outcome.stdout_bytes == 200 * 1024 * 1024 + len("THE END\n")
+    log = (tmp_path / "out").read_bytes()
+    assert len(log) < 4 * 1024 * 1024 + 200
+    assert log.startswith(b"x" * 1023 + b"\n") and log.endswith(b"THE END\n")
+    assert b"pt2-bug-basher cut" in log and outcome.stdout_cut > 190 * 1024 * 1024
+    # The server holds at most the tail buffer (2x a 2 MiB tail) beyond its baseline, never the 200 MB.
+    assert grown_kib < 40 * 1024, f"peak RSS grew by {grown_kib} KiB"
+
+
+def test_capped_log_keeps_head_and_tail(tmp_path: Path):
+    log = CappedLog(tmp_path / "f", cap=100)
+    for i in range(100):
+        log.write(f"{i:03d}\n".encode())
+    log.close()
+    text = (tmp_path / "f").read_text()
+    assert text.startswith("000\n001\n") and text.endswith("098\n099\n")
+    assert log.total == 400 and log.cut == 300
+    assert "cut 300 bytes" in text
