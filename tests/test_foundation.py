@@ -166,6 +166,11 @@ async def test_unknown_case_and_bad_waivers_are_tool_errors(server):
         assert bogus.is_error
         outside = await client.call_tool("check_env", {"python": sys.executable, "repo": "/"})
         assert outside.is_error and "outside the allowed roots" in outside.content[0].text
+        not_python = await client.call_tool("check_env", {"python": "/bin/rm"})
+        assert not_python.is_error and "does not look like a Python interpreter" in not_python.content[0].text
+        from pt2_bug_basher.environment import PROBE
+
+        assert PROBE.exists()
 
 
 def test_workflow_table_is_complete_and_ordered():

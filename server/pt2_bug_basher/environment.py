@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from pt2_bug_basher.runner import run_captured
 PROBE = Path(__file__).parent / "_probes" / "env_probe.py"
 PROBE_MARKER = "PT2BB-PROBE:"
 DEFAULT_PROBE_TIMEOUT_S = 180.0
+_PYTHON_NAME = re.compile(r"^python[0-9.]*(\.exe)?$")
 
 
 class GpuInfo(BaseModel):
@@ -116,6 +118,11 @@ def resolve_interpreter(
             raise InvalidInput(f"python {python!r} does not exist. Pass the full path of an interpreter.")
         if not os.access(path, os.X_OK) or path.is_dir():
             raise InvalidInput(f"python {python!r} is not an executable file.")
+        if not _PYTHON_NAME.match(path.name):
+            raise InvalidInput(
+                f"python {python!r} does not look like a Python interpreter (its name should be python, "
+                "python3 or python3.X). Pass the interpreter of the environment, e.g. ENV/bin/python."
+            )
         return Interpreter(path.absolute(), "explicit python argument", active_name)
     if conda_env:
         if active is not None and active[0] == conda_env:
