@@ -1,0 +1,97 @@
+"""Fixtures for the test, worktree, verification and review tools on a small real repository.
+
+Import the fixtures into a test module (`from conftest_checkout import mini, ...`). Cases are
+opened directly in the store (the environment step is covered by check_env's own tests); the
+reproduction evidence is what run_with_logs records, built from real runs of the repro script
+parsed with the real failure parser and classifier.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from pt2_bug_basher.app import create_server
+from pt2_bug_basher.config import ServerConfig
+from torch_checkout import make_mini_repo
+
+
+@dataclass
+class Mini:
+    root: Path
+    repo: Path
+    config: ServerConfig
+    server: object
+
+    @property
+    def store(self):
+        return self.server.state.store  # type: ignore[attr-defined]
+
+    def new_case(self, torch_from_repo: bool = False, python: str = sys.executable) -> str:
+        case = self.store.create_case(str(self.repo), python, {"torch": {"imported_from_repo": torch_from_repo,
+                                                                         "version": "seeded"}})
+        self.store.add_evidence(case.case_id, "environment", True, f"seeded: {python}", data={"python": python})
+        return case.case_id
+
+    def reproduce(self, case_id: str, script: str = "repro.py", waive_reduce: bool = True) -> dict:
+        data = seed_reproduction(self.store, case_id, self.repo, script)
+        if waive_reduce:
+            self.store.add_waiver(case_id, "reduce", "the repro is already two lines long")
+        return data
+
+
+def seed_reproduction(store, case_id: str, repo: Path, script: str, python: str = sys.executable) -> dict:
+    """Run the repro twice and record the reproduction evidence the way run_with_logs does."""
+    from pt2_bug_basher.classify import classify
+
+    signatures, last = set(), None
+    for _ in range(2):
+        proc = subprocess.run([python, script], cwd=repo, capture_output=True, text=True, timeout=300)
+        assert proc.returncode != 0, f"the repro did not fail: {proc.stdout}{proc.stderr}"
+        last = classify(proc.stderr, exit_code=proc.returncode)
+        assert last.failure is not None, proc.stderr
+        signatures.add(last.failure.signature)
+    assert len(signatures) == 1, signatures
+    failure = last.failure
+    data = {"script": str(repo / script), "args": [], "signature": failure.signature, "category": last.category,
+            "exception_type": failure.exception_type, "message": failure.message, "run_ids": [], "repeat": 2}
+    store.add_evidence(case_id, "reproduce", True, f"{script} failed 2/2 times: {failure.signature}", data=data)
+    return data
+
+
+def mini_setup(root: Path, bug_on: str = "main") -> Mini:
+    repo = make_mini_repo(root / "repo", bug_on=bug_on)
+    config = ServerConfig(state_dir=root / "state", default_repo=repo, allowed_roots=(root,))
+    return Mini(root, repo, config, create_server(config))
+
+
+@pytest.fixture
+def mini(tmp_path: Path) -> Mini:
+    """The bug is on main and on the work branch (HEAD)."""
+    return mini_setup(tmp_path, "main")
+
+
+@pytest.fixture
+def mini_branch_bug(tmp_path: Path) -> Mini:
+    """The bug is only on the work branch (HEAD); main is fine."""
+    return mini_setup(tmp_path, "branch")
+
+
+LARGE_TEST = """
+def test_double_large(self):
+    self.assertEqual(double(21), 42)
+"""
+
+
+def seed_test(store, case_id: str, test_file: str = "test/test_ops.py", class_name: str = "TestOps",
+              method: str = "test_double_large", exception_type: str = "ValueError") -> None:
+    """Registered-test evidence as register_test records it, for tests of later steps' refusals."""
+    store.add_evidence(case_id, "test", True, f"{class_name}.{method} fails (seeded)", tree_hash="seeded", data={
+        "test_file": test_file, "test_name": f"{class_name}.{method}", "class_name": class_name, "method": method,
+        "node_id": f"{test_file}::{class_name}::{method}", "keyword": None, "message": "seeded",
+        "category": "unknown", "signature": None, "exception_type": exception_type, "frame": None,
+    })
