@@ -1,0 +1,164 @@
+"""Run a repro script with torch.compile's backend and/or `dynamic` forced, without editing it.
+
+    python launcher.py [--backend NAME] [--dynamic true|false] [--mark] -- script.py [args...]
+
+Patches `torch.compile` and `torch._dynamo.optimize` before the script runs, then runs the script
+as `__main__` (its own directory first on sys.path, its own argv), so the failure is reported as
+if the script had been run directly. With a non-Inductor backend, Inductor-only arguments (`mode`,
+`options`) are dropped. Each patched call prints one line starting with `PT2BB-LAUNCHER:` to
+stderr, so the caller can tell that the script reached torch.compile at all.
+
+Runs in the interpreter under investigation; imports nothing from pt2_bug_basher. Also imported by
+the fork server (`forkserver.py`, same folder), which calls `run_script` in forked children.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+
+MARK = "PT2BB-LAUNCHER:"
+_THIS = os.path.abspath(__file__)
+
+
+def _parse_dynamic(value: str | None):
+    if value is None or value in ("", "none", "None"):
+        return "keep"
+    return {"true": True, "false": False}[value.lower()]
+
+
+def patch_torch(backend: str | None, dynamic="keep", mark: bool = True) -> None:
+    """Force the backend (None: keep the script's) and dynamic ("keep": keep the script's)."""
+    if backend is None and dynamic == "keep":
+        return
+    import torch
+    import torch._dynamo
+
+    original_compile = torch.compile
+    original_optimize = torch._dynamo.optimize
+    depth = [0]  # torch.compile calls itself (decorator form) and optimize: patch the outermost call only
+
+    def say(what: str) -> None:
+        if mark:
+            print(f"{MARK} {what}", file=sys.stderr, flush=True)
+
+    def forced_compile(model=None, *args, **kwargs):
+        if depth[0]:
+            return original_compile(*args, **kwargs) if model is None else original_compile(model, *args, **kwargs)
+        before = kwargs.get("backend", "inductor")
+        if backend is not None:
+            kwargs["backend"] = backend
+            if backend != "inductor":
+                kwargs.pop("mode", None)
+                kwargs.pop("options", None)
+        if dynamic != "keep":
+            kwargs["dynamic"] = dynamic
+        say(f"torch.compile backend={_name(before)}->{_name(kwargs.get('backend', 'inductor'))} "
+            f"dynamic={kwargs.get('dynamic')}")
+        if model is None:  # decorator with arguments: the decorator it returns calls torch.compile again
+            inner = original_compile(*args, **kwargs)
+
+            def decorate(fn):
+                depth[0] += 1
+                try:
+                    return inner(fn)
+                finally:
+                    depth[0] -= 1
+
+            return decorate
+        depth[0] += 1
+        try:
+            return original_compile(model, *args, **kwargs)
+        finally:
+            depth[0] -= 1
+
+    def forced_optimize(*args, **kwargs):
+        if depth[0]:
+            return original_optimize(*args, **kwargs)
+        before = kwargs.get("backend", args[0] if args else "inductor")
+        if backend is not None:
+            if args:
+                args = (backend, *args[1:])
+            else:
+                kwargs["backend"] = backend
+        if dynamic != "keep":
+            kwargs["dynamic"] = dynamic
+        say(f"torch._dynamo.optimize backend={_name(before)}->{_name(backend or before)} "
+            f"dynamic={kwargs.get('dynamic')}")
+        return original_optimize(*args, **kwargs)
+
+    torch.compile = forced_compile
+    torch._dynamo.optimize = forced_optimize
+
+
+def _name(backend) -> str:
+    if isinstance(backend, str):
+        return backend
+    return getattr(backend, "__name__", None) or type(backend).__name__
+
+
+def run_script(script: str, args: list[str]) -> None:
+    """Run script as __main__, as `python script args` would (exceptions propagate)."""
+    script = os.path.abspath(script)
+    sys.argv = [script, *args]
+    sys.path[0] = os.path.dirname(script)
+    with open(script, "rb") as fh:
+        source = fh.read()
+    code = compile(source, script, "exec")
+    import types
+
+    main = types.ModuleType("__main__")
+    main.__file__ = script
+    main.__builtins__ = __builtins__
+    sys.modules["__main__"] = main
+    exec(code, main.__dict__)
+
+
+def print_exception(exc: BaseException) -> None:
+    """The traceback Python would print, without this launcher's own frames."""
+    tb = exc.__traceback__
+    while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) in _OWN_FILES:
+        tb = tb.tb_next
+    traceback.print_exception(type(exc), exc, tb)
+    sys.stderr.flush()
+
+
+_OWN_FILES = {_THIS, os.path.join(os.path.dirname(_THIS), "forkserver.py")}
+
+
+def main(argv: list[str]) -> int:
+    backend = None
+    dynamic = "keep"
+    mark = True
+    i = 0
+    while i < len(argv) and argv[i] != "--":
+        if argv[i] == "--backend":
+            backend = argv[i + 1] or None
+            i += 2
+        elif argv[i] == "--dynamic":
+            dynamic = _parse_dynamic(argv[i + 1])
+            i += 2
+        elif argv[i] == "--no-mark":
+            mark = False
+            i += 1
+        else:
+            print(f"launcher: unknown option {argv[i]!r}", file=sys.stderr)
+            return 2
+    rest = argv[i + 1:]
+    if not rest:
+        print("launcher: no script given (launcher.py [options] -- script.py [args])", file=sys.stderr)
+        return 2
+    patch_torch(backend, dynamic, mark)
+    try:
+        run_script(rest[0], rest[1:])
+    except SystemExit:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - reported like the interpreter would
+        print_exception(exc)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
