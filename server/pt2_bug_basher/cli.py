@@ -28,6 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--transport", choices=["stdio", "http"], default="stdio")
     serve.add_argument("--host", default="127.0.0.1", help="HTTP bind address (loopback by default)")
     serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--auth-token", help="bearer token HTTP clients must send (required off loopback; "
+                                            "or set PT2_BUG_BASHER_AUTH_TOKEN)")
     _server_options(serve)
 
     env = sub.add_parser("check-env", help="check the environment and print the report")
@@ -36,6 +38,15 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--python", help="interpreter path")
     env.add_argument("--json", action="store_true", help="print the report as JSON")
     _server_options(env)
+
+    triage = sub.add_parser("triage", help="check the env, reproduce twice, classify, collect logs; print a report")
+    triage.add_argument("script", help="the repro script")
+    group = triage.add_mutually_exclusive_group()
+    group.add_argument("--conda-env", help="conda env (or virtualenv) name")
+    group.add_argument("--python", help="interpreter path")
+    triage.add_argument("--timeout", type=float, default=600.0, help="seconds per run (default 600)")
+    triage.add_argument("--json", action="store_true", help="print the report as JSON")
+    _server_options(triage)
 
     skill = sub.add_parser("install-skill", help="copy the skill into Claude Code's skills directory")
     skill.add_argument("--dest", help=f"destination directory (default: {DEFAULT_SKILL_DEST})")
@@ -51,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
         return _serve(args)
     if args.command == "check-env":
         return _check_env(args)
+    if args.command == "triage":
+        return _triage(args)
     if args.command == "install-skill":
         return _install_skill(args)
     parser.error(f"unknown command {args.command}")
@@ -70,10 +83,16 @@ def _serve(args: argparse.Namespace) -> int:
     if args.transport == "stdio":
         server.run("stdio")
         return 0
-    if args.host not in ("127.0.0.1", "localhost", "::1"):
-        print("pt2-bug-basher: refusing to serve HTTP on a non-loopback address", file=sys.stderr)
+    import os
+
+    from pt2_bug_basher.errors import BugBasherError
+    from pt2_bug_basher.http_transport import TOKEN_ENV, serve_http
+
+    try:
+        serve_http(server, args.host, args.port, args.auth_token or os.environ.get(TOKEN_ENV))
+    except BugBasherError as exc:
+        print(f"pt2-bug-basher: {exc}", file=sys.stderr)
         return 2
-    server.run("streamable-http", host=args.host, port=args.port)
     return 0
 
 
@@ -97,6 +116,34 @@ def _check_env(args: argparse.Namespace) -> int:
     else:
         print(format_env_report(result))
     return 0 if result.ok else 1
+
+
+def _triage(args: argparse.Namespace) -> int:
+    import anyio
+
+    from pt2_bug_basher.errors import BugBasherError
+    from pt2_bug_basher.store import Store
+    from pt2_bug_basher.triage import format_report, triage
+
+    config = _config(args)
+    script = Path(args.script).resolve()
+    interactive = sys.stderr.isatty() and not args.json
+
+    def say(message: str) -> None:
+        if interactive:
+            print(f"... {message}", file=sys.stderr, flush=True)
+
+    try:
+        report = anyio.run(lambda: triage(
+            Store(config.state_dir), config.default_repo, script, args.conda_env, args.python, args.timeout, say,
+        ))
+    except BugBasherError as exc:
+        print(f"pt2-bug-basher: {exc}", file=sys.stderr)
+        return 2
+    print(report.model_dump_json(indent=2) if args.json else format_report(report))
+    if not report.env.ok:
+        return 1
+    return 0
 
 
 def format_env_report(result) -> str:

@@ -133,6 +133,7 @@ class Store:
     def __init__(self, state_dir: Path) -> None:
         self.state_dir = Path(state_dir)
         self.path = self.state_dir / "cases.sqlite3"
+        self.busy_timeout_s = 30.0
         self._initialised = False
 
     # -- plumbing -----------------------------------------------------------------
@@ -155,12 +156,12 @@ class Store:
         if not self._initialised:
             self._init()
         try:
-            conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            conn = sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None)
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open the case store {self.path}: {exc}") from exc
         try:
             conn.row_factory = sqlite3.Row
-            conn.execute("PRAGMA busy_timeout = 30000")
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
             conn.execute("PRAGMA foreign_keys = ON")
             yield conn
         except sqlite3.DatabaseError as exc:
