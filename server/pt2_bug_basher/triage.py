@@ -104,10 +104,14 @@ def format_report(report: TriageReport) -> str:
     if f is not None:
         case_id = repro.case_id
         g = guide(f.category)
+        steps = [diagnostic_call(f.category, case_id, repro.script)]
+        if report.with_logs is not None and steps[0].startswith("run_with_logs("):
+            steps = []  # the logs were just collected above
+        steps.append(f'minify(case_id="{case_id}", script="{repro.script}", mode="auto")')
+        steps.append("write a failing test in one of: " + (", ".join(g.test_files) or "a topical test file")
+                     + f', then register_test(case_id="{case_id}", ...)')
         out.append("\n== Next steps")
-        out.append(f"  1. {diagnostic_call(f.category, case_id, repro.script)}")
-        out.append(f'  2. minify(case_id="{case_id}", script="{repro.script}", mode="auto")')
-        out.append("  3. write a failing test in one of: " + (", ".join(g.test_files) or "a topical test file"))
+        out += [f"  {n}. {step}" for n, step in enumerate(steps, 1)]
         out.append(f"  Case {case_id} is open: an agent can continue it with the MCP tools "
                    "(pt2-bug-basher serve).")
     return "\n".join(out)
