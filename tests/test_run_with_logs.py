@@ -182,3 +182,16 @@ async def test_classify_error_on_text_and_on_a_run(module_config, case_id, examp
     assert recorded["category"] == "backend_compiler_failed" and recorded["recorded"]
     assert both.is_error
     assert {s["step"]: s["status"] for s in status["steps"]}["classify"] == "done"
+
+
+async def test_trace_runs_tlparse_and_reads_its_compile_index(module_config, case_id, example):
+    async with Client(create_server(module_config)) as client:
+        result = await client.call_tool("run_with_logs", {"case_id": case_id, "repeat": 1, "trace": True,
+                                                          "script": example("graph_break_fullgraph.py")})
+    trace = result.structured_content["trace"]
+    assert trace["error"] is None, trace
+    assert Path(trace["report"]).name == "index.html" and Path(trace["report"]).exists()
+    assert Path(trace["trace_log"]).name.endswith(".log")
+    assert trace["failed_compiles"] >= 1
+    assert any(c["status"] == "failed" and c["compile_id"] == "[0/0]" for c in trace["compiles"])
+    assert result.structured_content["env_added"]["TORCH_TRACE"]
