@@ -313,6 +313,12 @@ def test_review_findings_on_a_diff(tmp_path: Path):
     missing = review.findings(diff, tmp_path, "test/dynamo/test_repros.py", "test_other")
     assert [f.severity for f in missing if f.kind == "test_missing"] == ["blocking"]
     assert review.findings(review.Diff("main", "a" * 40, "b" * 40, [], ""), tmp_path, None, None)[0].kind == "empty"
+    # Untracked files: a scratch repro at the top is flagged as such; a new source module is checked line by line.
+    untracked = [review.FileChange("repro.py", "untracked", added=[(1, "print(fn(x))")]),
+                 review.FileChange("torch/_dynamo/helper.py", "untracked", added=[(3, "    print(x)")])]
+    found = review.findings(review.Diff("main", "a" * 40, "b" * 40, untracked, ""), tmp_path, None, None)
+    assert [(f.file, f.line) for f in found if f.kind == "debug_leftover"] == [("torch/_dynamo/helper.py", 3)]
+    assert {f.file for f in found if f.kind == "untracked"} == {"repro.py", "torch/_dynamo/helper.py"}
 
 
 def test_changed_functions_and_keywords(tmp_path: Path):
@@ -331,7 +337,7 @@ async def test_review_against_a_real_branch(mini: Mini):
         case_id = await prepared(mini, client)
         fix_mini_bug(mini.repo)
         git(mini.repo, "commit", "-q", "-am", "fix double and add its test")
-        (mini.repo / "scratch.py").write_text("x = 1\n")
+        (mini.repo / "scratch.py").write_text("print('scratch')\n")
         assert (await call(client, "run_tests", case_id=case_id, run_nearby=True)).structured_content["verified"]
         data = (await call(client, "review_changes", case_id=case_id)).structured_content
         assert data["base"].startswith("main @ ")

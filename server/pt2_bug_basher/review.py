@@ -174,7 +174,10 @@ def findings(diff: Diff, repo_root: Path, test_file: str | None, test_method: st
     top_dirs = _usual_top_dirs(repo_root)
     for change in diff.files:
         rel = change.path
-        python = rel.endswith(".py")
+        parts = Path(rel).parts
+        scratch = change.status == "untracked" and (len(parts) == 1 or parts[0] not in top_dirs)
+        # Untracked scratch files (a repro at the top) are flagged as such below, not line by line.
+        python = rel.endswith(".py") and not scratch
         for line_no, text in change.added:
             if CONFLICT.match(text):
                 found.append(Finding(severity="blocking", kind="conflict_marker", file=rel, line=line_no,
@@ -185,7 +188,6 @@ def findings(diff: Diff, repo_root: Path, test_file: str | None, test_method: st
                     if code and pattern.search(code):
                         found.append(Finding(severity="blocking", kind="debug_leftover", file=rel, line=line_no,
                                              text=f"leftover debugging {what} in source: {text.strip()[:120]}"))
-        parts = Path(rel).parts
         if change.status == "untracked":
             found.append(Finding(severity="warning", kind="untracked", file=rel, text=(
                 f"{rel} is untracked: add it to the change if it belongs there, else delete it "
