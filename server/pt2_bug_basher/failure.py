@@ -1,0 +1,775 @@
+"""Parse the error output of a failed run into a compact failure record.
+
+Pure text processing: no subprocess, no torch import. The parser reads what Python, Dynamo,
+Inductor, faulthandler and common wrappers print:
+
+* standard tracebacks (``Traceback (most recent call last):``), with chained exceptions ("The above
+  exception was the direct cause ..." / "During handling of ..."): the last exception is the one
+  raised to the user, the chain is kept (outermost first);
+* tracebacks inside log records (``[rank0]:``, glog-style ``E0619 11:51:41.16 123 file.py:894]``,
+  vLLM worker prefixes, pytest ``E   `` lines): the prefix is stripped;
+* IPython / Jupyter / Colab tracebacks (``File /path.py:324, in func(...)``, ``--> 324 code``,
+  final ``InductorError: CppCompileError: ...`` without the module path);
+* Dynamo's trailing sections: ``from user code:`` frames (used for ``user_frame``) and hint lines
+  (``Set TORCHDYNAMO_VERBOSE=1 ...``) that end the message;
+* Inductor errors followed by long compiler output (the message keeps only its first lines);
+* tracebacks cut at either end (excerpts), whose frames are still read;
+* crashes by signal (``Fatal Python error: Segmentation fault`` and faulthandler's
+  ``File "...", line N in func`` frames, most recent call first).
+
+The signature is stable across runs of the same failure: addresses, temporary paths, Inductor
+cache keys, PIDs, timings, counters and line numbers are normalised away before hashing.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import re
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel
+
+MESSAGE_LIMIT = 800
+_MAX_BLOCK_LINES = 4000  # lines read from one traceback block before giving up on it
+_MAX_MESSAGE_LINES = 40
+_MAX_CHAIN = 12
+_HEADERLESS_WINDOW = 64 * 1024  # bytes read back from the end for tracebacks without a header
+
+
+class Frame(BaseModel):
+    file: str
+    line: int
+    function: str
+    code: str | None = None
+    in_torch: bool
+
+
+class FailureRecord(BaseModel):
+    exception_type: str | None
+    message: str | None
+    user_frame: Frame | None
+    torch_frame: Frame | None
+    signature: str
+    chained: list[str]
+    signal_name: str | None = None
+
+
+# --------------------------------------------------------------------------------------------
+# Line-level patterns (all anchored or literal-led: no nested ambiguous quantifiers)
+
+_LOG_PREFIX = re.compile(
+    r"^(?:"
+    r"\[rank\d+\]:\s?"  # torchrun
+    r"|\(\w+ pid=\d+\) \w+ [\d-]+ [\d:]+ [\w.]+:\d+\] "  # vLLM worker
+    r"|[VIWEDF]\d{4} [\d:.]+ +\d+ [^\s\]]+:\d+\] (?:\[[\d/_]+\] )?(?:\[__\w+\] )?"  # glog / TORCH_LOGS
+    r"|\[[\d-]+ [\d:,.]+\] [\w.]+: \[\w+\] "  # python logging with torch's default format
+    r"|E {3}"  # pytest failure lines ("E   " + the original line)
+    r"|\d{4}-\d\d-\d\d[T ][\d:.,]+Z? +(?:\[rank\d+\]:\s?)?"  # timestamped container logs
+    r")"
+)
+_FRAME_STD = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)(?:,? in (?P<func>.+?))?\s*$')
+_FRAME_IPY = re.compile(r"^File (?P<file>\S+?):(?P<line>\d+), in (?P<func>[\w.<>\[\]]+)")
+_FRAME_COLAB = re.compile(r"^\[?(?P<file>/\S+?\.py)(?:\]\([^)\s]*\))? in (?P<func>[\w.<>]+)")
+_FRAME_PYTEST = re.compile(r"^(?P<file>\S+\.py):(?P<line>\d+): in (?P<func>[\w.<>]+)\s*$")
+_IPY_ARROW = re.compile(r"^-+> ?(?P<line>\d+)\s?(?P<code>.*)$")
+_EXC_LINE = re.compile(r"^(?P<type>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)(?::(?: (?P<msg>.*)|$))")
+_BARE_TYPE = re.compile(r"^(?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*)\s*$")
+_IPY_HEADER = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)\s{2,}$")
+_QUALIFIED_EXC = re.compile(
+    r"^(?:E\s+)?(?P<type>(?:[a-z_]\w*\.)+[A-Z]\w*|[A-Z]\w*(?:Error|Exception|Unsupported|Failed|Exit))"
+    r": (?P<msg>\S.*)$",
+    re.M,
+)
+_CHAIN_CAUSE = "The above exception was the direct cause of the following exception"
+_CHAIN_CONTEXT = "During handling of the above exception, another exception occurred"
+_TB_HEADER = "Traceback (most recent call last)"
+_FH_HEADER = "(most recent call first)"
+_MESSAGE_END = (
+    "from user code:",
+    "Set TORCHDYNAMO_VERBOSE",
+    "Set TORCH_LOGS=",
+    "You can suppress this exception",
+    "Traceback (most recent call last)",
+    _CHAIN_CAUSE,
+    _CHAIN_CONTEXT,
+    "The error above occurred when calling torch.export",
+    "The following call raised this error",
+    "To execute this test, run the following",
+)
+_SIGNALS = {4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE", 9: "SIGKILL", 11: "SIGSEGV",
+            15: "SIGTERM"}
+_FATAL_TO_SIGNAL = {
+    "Segmentation fault": "SIGSEGV",
+    "Aborted": "SIGABRT",
+    "Bus error": "SIGBUS",
+    "Illegal instruction": "SIGILL",
+    "Floating point exception": "SIGFPE",
+}
+_FATAL = re.compile(r"Fatal Python error: (?P<what>[^\n]+)")
+_GDB_SIGNAL = re.compile(r"received signal (?P<sig>SIG[A-Z]+)")
+_DIAGNOSTIC = re.compile(r":\d+(?::\d+)?: (?:fatal )?error: ")
+_SHELL_SIGNAL = re.compile(r"^(?P<what>Segmentation fault|Aborted|Bus error|Illegal instruction)"
+                           r"(?: \(core dumped\))?\s*$", re.M)
+
+# --------------------------------------------------------------------------------------------
+# Frame classification
+
+_TORCH_PATH = re.compile(r"(?:^|[/\\])torch[/\\]")
+_LIB_PATH = re.compile(
+    r"(?:[/\\](?:site|dist)-packages[/\\]"
+    r"|[/\\]lib[/\\]python\d[\d.]*[/\\]"
+    r"|^<frozen |^<string>|^<eval_with_key>|^<built-in|^<decorator"
+    r"|[/\\]torchinductor_[^/\\]*[/\\]"
+    r"|[/\\]triton[/\\](?:compiler|runtime|language|backends|_C)[/\\]|[/\\]triton[/\\]compiler\.py$"
+    r"|[/\\]python[/\\]triton[/\\]"
+    r"|^\.\.\.)"
+)
+_STDLIB_NAMES = re.compile(r"(?:^|[/\\])(?:runpy|contextlib|functools|threading|concurrent[/\\]futures[/\\]\w+"
+                           r"|multiprocessing[/\\]\w+|unittest[/\\]\w+|asyncio[/\\]\w+)\.py$")
+
+
+def _in_torch(path: str) -> bool:
+    return bool(_TORCH_PATH.search(path)) or path.startswith(("torch/", "..../torch/"))
+
+
+def is_user_path(path: str) -> bool:
+    """True for a frame in the user's own code: not torch, not an installed package, not stdlib."""
+    if _in_torch(path) or _LIB_PATH.search(path) or _STDLIB_NAMES.search(path):
+        return False
+    if path.startswith("<") or path.startswith("/tmp/torchinductor"):
+        return False
+    return True
+
+
+# --------------------------------------------------------------------------------------------
+# Normalisation
+
+_NORMALISERS: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"\x1b\[[0-9;]*[A-Za-z]"), ""),  # ANSI colours
+    (re.compile(r"(?:/private)?/var/folders/\S+|/tmp/\S+|[A-Za-z]:\\Users\\[^\\\s]+\\AppData\\Local\\Temp\\\S+"
+                r"|\S*torchinductor_\w+\S*|\S*pytest-of-\w+\S*|\S*pt2bb_corpus_\w+\S*"), "<tmp>"),
+    (re.compile(r"0x[0-9a-fA-F]+"), "0x?"),
+    (re.compile(r"\b[a-z0-9]{40,}\b"), "<hash>"),  # Inductor cache keys, sha digests
+    (re.compile(r"\b[0-9a-f]{16,}\b"), "<hash>"),
+    (re.compile(r"\b(pid[=_ :]?|PID[=_ :]?|process )\d+"), r"\1N"),
+    (re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|us|µs|ns|s|sec|secs|seconds|minutes)\b"), "<t>"),
+    (re.compile(r"\b\d{4}[-_]\d\d[-_]\d\d[-_T ][\d:_.]+"), "<date>"),
+    (re.compile(r"\b\d\d:\d\d:\d\d(?:[.,]\d+)?"), "<time>"),
+    (re.compile(r"\b(__compiled_fn|__resume_at|_compiled_fn|graph|kernel|model__)_?\d+(?:_\d+)*"), r"\1_N"),
+    (re.compile(r"\b((?:triton|cpp)_(?:poi|red|per|tem|fused|helper)\w*?)_\d+\b"), r"\1_N"),
+    (re.compile(r"<eval_with_key>\.\d+"), "<eval_with_key>.N"),
+    (re.compile(r"\[\d+/\d+(?:_\d+)?\]"), "[N/N]"),
+    (re.compile(r"\b(id|object id|ids?)[= ]\d+"), r"\1=N"),
+    (re.compile(r"(\.py)(?::\d+|\", line \d+)"), r"\1:N"),
+    (re.compile(r"\bline \d+"), "line N"),
+    (re.compile(r"(?:/[^\s/'\"():,\]]+)+/([^\s/'\"():,\]]+)"), r"\1"),  # absolute paths -> basename
+    (re.compile(r"[-+]?\b\d+\.\d+(?:[eE][-+]?\d+)?\b|\b\d+[eE][-+]?\d+\b"), "<f>"),  # float values
+    (re.compile(r"\bat index \([\d, ]*\)"), "at index (N)"),
+    (re.compile(r"[ \t]+"), " "),
+]
+
+
+def normalise_message(msg: str) -> str:
+    """Strip run-specific noise (addresses, temp paths, cache keys, PIDs, timings, counters,
+    line numbers, absolute directories, float values) from an error message."""
+    out = msg
+    for pat, repl in _NORMALISERS:
+        out = pat.sub(repl, out)
+    return out.strip()
+
+
+# --------------------------------------------------------------------------------------------
+# Internal parse result (also used by classify)
+
+
+@dataclass
+class _Exc:
+    type: str | None
+    message: str
+    line_no: int  # 0-based line index in the whole text (-1 when unknown)
+    line: str  # verbatim line
+    diagnostics: list[str] = field(default_factory=list)  # compiler "error:" lines in the message
+
+
+@dataclass
+class _Block:
+    frames: list[Frame] = field(default_factory=list)
+    frame_lines: list[tuple[int, str]] = field(default_factory=list)  # (0-based line, verbatim line)
+    exc: _Exc | None = None
+    user_code_frames: list[Frame] = field(default_factory=list)
+    chained_next: bool = False  # a chain separator follows this block's exception
+
+
+@dataclass
+class ParsedFailure:
+    blocks: list[_Block]  # chain order as printed (innermost cause first, final exception last)
+    signal_name: str | None
+    fatal_line: tuple[int, str] | None  # (0-based line index, verbatim line) of a fatal/signal line
+    wrapped_types: list[str]  # exception types named at the start of wrapper messages
+
+    @property
+    def final(self) -> _Block | None:
+        return self.blocks[-1] if self.blocks else None
+
+    @property
+    def final_exc(self) -> _Exc | None:
+        for b in reversed(self.blocks):
+            if b.exc is not None:
+                return b.exc
+        return None
+
+    def all_frames(self) -> list[Frame]:
+        out: list[Frame] = []
+        for b in self.blocks:
+            out.extend(b.frames)
+        return out
+
+
+class _Lines:
+    """Lazy line access from an offset in a big text, with 0-based line numbers computed once."""
+
+    def __init__(self, text: str, start: int, start_line_no: int) -> None:
+        self.text = text
+        self.pos = start
+        self.line_no = start_line_no
+
+    def next(self) -> tuple[int, str] | None:
+        if self.pos >= len(self.text):
+            return None
+        end = self.text.find("\n", self.pos)
+        if end < 0:
+            end = len(self.text)
+        line = self.text[self.pos:end]
+        if line.endswith("\r"):
+            line = line[:-1]
+        no = self.line_no
+        self.pos = end + 1
+        self.line_no += 1
+        return no, line
+
+
+def strip_prefix(line: str) -> str:
+    if line and (line[0] in "[(VIWEDF" or line[0].isdigit()):
+        m = _LOG_PREFIX.match(line)
+        if m:
+            return line[m.end():]
+    return line
+
+
+def _frame_from_match(m: re.Match[str]) -> Frame:
+    file = m.group("file")
+    try:
+        ln = int(m.group("line")) if "line" in m.groupdict() and m.group("line") else 0
+    except (IndexError, ValueError):
+        ln = 0
+    func = (m.group("func") or "?").strip()
+    return Frame(file=file, line=ln, function=func[:200], in_torch=_in_torch(file))
+
+
+def _match_frame(s: str) -> re.Match[str] | None:
+    c = s.lstrip()[:1]
+    if c == "F":
+        return _FRAME_STD.match(s) or _FRAME_IPY.match(s)
+    if c in "[/":
+        return _FRAME_COLAB.match(s) or _FRAME_PYTEST.match(s)
+    if s and not s[0].isspace() and ".py:" in s:
+        return _FRAME_PYTEST.match(s)
+    return None
+
+
+def _split_exc(s: str) -> tuple[str | None, str]:
+    m = _EXC_LINE.match(s)
+    if m and (m.group("type")[:1].isupper() or "." in m.group("type")):
+        last = m.group("type").rsplit(".", 1)[-1]
+        if last[:1].isupper() or last.endswith(("Error", "Exception")):
+            return m.group("type"), (m.group("msg") or "")
+    m = _BARE_TYPE.match(s)
+    if m:
+        return m.group("type"), ""
+    return None, s
+
+
+def _is_message_end(s: str) -> bool:
+    return s.startswith(_MESSAGE_END) or any(s.lstrip().startswith(e) for e in _MESSAGE_END[:4])
+
+
+def _read_user_code(lines: _Lines, block: _Block, limit: int = 200) -> tuple[int, str] | None:
+    """Read the frames of a 'from user code:' section; returns the first line after it."""
+    last_frame: Frame | None = None
+    for _ in range(limit):
+        item = lines.next()
+        if item is None:
+            return None
+        no, raw = item
+        s = strip_prefix(raw)
+        m = _FRAME_STD.match(s)
+        if m:
+            last_frame = _frame_from_match(m)
+            block.user_code_frames.append(last_frame)
+            continue
+        if not s.strip():
+            if block.user_code_frames:
+                return item
+            continue
+        if s.startswith((" ", "\t")) or (last_frame is not None and last_frame.code is None
+                                           and not _is_message_end(s)):
+            if last_frame is not None and last_frame.code is None and s.strip().strip("^~ "):
+                last_frame.code = s.strip()[:300]
+            continue
+        return item
+    return None
+
+
+def _parse_block(text: str, start: int, start_line_no: int, stop: int, *, jupyter_type: str | None,
+                 first_line_is_header: bool) -> tuple[_Block, int, int]:
+    """Parse one traceback block from text[start:stop].
+
+    Returns the block, and the offset and line number where parsing stopped: the end of the
+    region, or (for blocks without header) the first frame of a following traceback.
+    """
+    block = _Block()
+    lines = _Lines(text, start, start_line_no)
+    if first_line_is_header:
+        lines.next()
+    last_frame: Frame | None = None
+    exc: _Exc | None = None
+    msg_lines: list[str] = []
+    msg_len = 0
+    in_message = False
+    blank_run = 0
+    count = 0
+    while lines.pos < stop and count < _MAX_BLOCK_LINES:
+        line_pos, line_no0 = lines.pos, lines.line_no
+        item = lines.next()
+        if item is None:
+            break
+        count += 1
+        no, raw = item
+        s = strip_prefix(raw)
+        if in_message:
+            if _is_message_end(s):
+                in_message = False
+                if s.startswith("from user code:"):
+                    nxt = _read_user_code(lines, block)
+                    if nxt is None:
+                        break
+                    s = strip_prefix(nxt[1])
+                if s.startswith((_CHAIN_CAUSE, _CHAIN_CONTEXT)):
+                    block.chained_next = True
+                continue
+            if not s.strip():
+                blank_run += 1
+                if blank_run >= 3:
+                    in_message = False
+                continue
+            if not first_line_is_header and blank_run and _match_frame(s):
+                # a new traceback excerpt starts
+                lines.pos, lines.line_no = line_pos, line_no0
+                break
+            if exc is not None and len(exc.diagnostics) < 3 and "error: " in s and _DIAGNOSTIC.search(s):
+                exc.diagnostics.append(s.strip()[:300])
+            if len(msg_lines) < _MAX_MESSAGE_LINES and msg_len < MESSAGE_LIMIT:
+                if blank_run:
+                    msg_lines.append("")
+                msg_lines.append(s.rstrip())
+                msg_len += len(s)
+            blank_run = 0
+            continue
+        if exc is not None:
+            # after the message: chain separators, user-code sections, or a new excerpt
+            if s.startswith((_CHAIN_CAUSE, _CHAIN_CONTEXT)):
+                block.chained_next = True
+            elif s.startswith("from user code:"):
+                nxt = _read_user_code(lines, block)
+                if nxt is not None and strip_prefix(nxt[1]).startswith((_CHAIN_CAUSE, _CHAIN_CONTEXT)):
+                    block.chained_next = True
+            elif not first_line_is_header and _match_frame(s):
+                lines.pos, lines.line_no = line_pos, line_no0
+                break
+            continue
+        if not s.strip():
+            continue
+        m = _match_frame(s)
+        if m:
+            last_frame = _frame_from_match(m)
+            block.frames.append(last_frame)
+            block.frame_lines.append((no, raw))
+            continue
+        st = s.lstrip()
+        if st.startswith(("-->", "---->")):
+            am = _IPY_ARROW.match(st)
+            if am and last_frame is not None:
+                if not last_frame.line:
+                    last_frame.line = int(am.group("line"))
+                if last_frame.code is None:
+                    last_frame.code = am.group("code").strip()[:300] or None
+            continue
+        if s[0] in " \t":
+            if last_frame is not None and last_frame.code is None:
+                code = st.strip()
+                if code and code.strip("^~ ") and not code[:1].isdigit():
+                    last_frame.code = code[:300]
+            continue
+        if st.startswith(("(...)", "[... skipping", "... ", "-----")) or st.endswith(" frames"):
+            continue
+        if st.startswith(("During handling", "The above exception")):
+            continue
+        # a column-0 line that is not a frame: the exception line (if it looks like one)
+        etype, emsg = _split_exc(s)
+        if etype is None and (jupyter_type or not block.frames or not first_line_is_header):
+            continue
+        exc = _Exc(type=etype, message=emsg, line_no=no, line=raw)
+        msg_lines = [emsg.rstrip()] if emsg else []
+        msg_len = len(emsg)
+        in_message = True
+        blank_run = 0
+    if exc is not None:
+        while msg_lines and not msg_lines[-1].strip():
+            msg_lines.pop()
+        if exc.diagnostics and not any(d in msg_lines for d in exc.diagnostics):
+            # keep the compiler's own error lines even when the command line fills the message
+            msg_lines[1:1] = exc.diagnostics
+        exc.message = "\n".join(msg_lines)[:MESSAGE_LIMIT]
+    elif jupyter_type:
+        exc = _Exc(type=jupyter_type, message="", line_no=start_line_no, line="")
+    block.exc = exc
+    return block, lines.pos, lines.line_no
+
+
+def _line_start(text: str, pos: int) -> int:
+    return text.rfind("\n", 0, pos) + 1
+
+
+class LineIndex:
+    """0-based line numbers of offsets in a big text, counted from the nearest known offset
+    (one pass over the text at most, however many lookups)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self._pos = [0]
+        self._line = [0]
+
+    def line_of(self, pos: int) -> int:
+        pos = max(0, min(pos, len(self.text)))
+        i = bisect.bisect_right(self._pos, pos) - 1
+        below_pos, below_line = self._pos[i], self._line[i]
+        if i + 1 < len(self._pos) and self._pos[i + 1] - pos < pos - below_pos:
+            above_pos, above_line = self._pos[i + 1], self._line[i + 1]
+            line = above_line - self.text.count("\n", pos, above_pos)
+        else:
+            line = below_line + self.text.count("\n", below_pos, pos)
+        self._pos.insert(i + 1, pos)
+        self._line.insert(i + 1, line)
+        return line
+
+
+def _find_chain_headers(text: str) -> list[int]:
+    """Positions (line starts) of the traceback headers of the final exception chain."""
+    headers: list[int] = []
+    end = len(text)
+    while len(headers) < _MAX_CHAIN:
+        p = text.rfind(_TB_HEADER, 0, end)
+        if p < 0:
+            break
+        ls = _line_start(text, p)
+        headers.append(ls)
+        # is this block itself the continuation of a chain? look just before the header
+        before = text[max(0, ls - 400):ls]
+        if _CHAIN_CAUSE in before or _CHAIN_CONTEXT in before:
+            end = ls
+            continue
+        break
+    headers.reverse()
+    return headers
+
+
+_FIRST_FRAME = re.compile(r'^(?:[^\n]{0,160}?\] |\S{0,40}\]: ?|[\d:.TZ -]{19,40} )?'
+                          r'(?:[^\S\n]*File "|File [~/.\w]|\[?/\S+\.py\]?[( ]|\S+\.py:\d+: in |E {3,}File ")', re.M)
+
+
+def _headerless_blocks(text: str, end: int, idx: LineIndex) -> list[_Block]:
+    """Traceback excerpts without a header in the window before `end` (their frames and
+    exception lines), oldest first."""
+    lo = max(0, end - _HEADERLESS_WINDOW)
+    if text.rfind('File "', lo, end) < 0 and text.rfind("File ", lo, end) < 0 and text.rfind(".py", lo, end) < 0:
+        return []
+    lo = _line_start(text, lo)
+    m = _FIRST_FRAME.search(text, lo, end)
+    if m is None:
+        return []
+    pos = _line_start(text, m.start())
+    line_no = idx.line_of(pos)
+    blocks: list[_Block] = []
+    for _ in range(_MAX_CHAIN * 4):
+        if pos >= end:
+            break
+        blk, npos, nline = _parse_block(text, pos, line_no, end, jupyter_type=None,
+                                        first_line_is_header=False)
+        if blk.frames or blk.exc:
+            blocks.append(blk)
+        if npos <= pos:
+            break
+        pos, line_no = npos, nline
+    return blocks[-_MAX_CHAIN:]
+
+
+def _signal_from(text_tail: str, exit_code: int | None, signal_name: str | None) -> str | None:
+    if signal_name:
+        return signal_name
+    if exit_code is not None:
+        if exit_code < 0 and -exit_code in _SIGNALS:
+            return _SIGNALS[-exit_code]
+        if exit_code > 128 and exit_code - 128 in _SIGNALS and exit_code - 128 not in (9, 15):
+            return _SIGNALS[exit_code - 128]
+    return None
+
+
+def parse(text: str, exit_code: int | None = None, signal_name: str | None = None,
+          index: LineIndex | None = None) -> ParsedFailure:
+    """Parse error output into blocks of frames and exceptions (internal, richer than the record)."""
+    idx = index if index is not None and index.text is text else LineIndex(text)
+    blocks: list[_Block] = []
+    headers = _find_chain_headers(text)
+    fatal_line: tuple[int, str] | None = None
+    sig = _signal_from("", exit_code, signal_name)
+
+    # faulthandler / fatal errors
+    fm = None
+    fpos = text.rfind("Fatal Python error: ")
+    if fpos >= 0:
+        fm = _FATAL.match(text, fpos)
+    if fm:
+        ls = _line_start(text, fm.start())
+        le = text.find("\n", fm.start())
+        fatal_line = (idx.line_of(ls), text[ls:le if le >= 0 else len(text)])
+        what = fm.group("what").strip()
+        for k, v in _FATAL_TO_SIGNAL.items():
+            if what.startswith(k):
+                sig = sig or v
+    else:
+        gpos = text.rfind("received signal SIG")
+        if gpos >= 0:
+            gm = _GDB_SIGNAL.search(text, gpos)
+            if gm:
+                sig = sig or gm.group("sig")
+                ls = _line_start(text, gpos)
+                le = text.find("\n", gpos)
+                fatal_line = (idx.line_of(ls), text[ls:le if le >= 0 else len(text)])
+        if fatal_line is None:
+            tail_start = max(0, len(text) - 4096)
+            sm = None
+            for sm in _SHELL_SIGNAL.finditer(text, tail_start):
+                pass
+            if sm is not None:
+                sig = sig or _FATAL_TO_SIGNAL.get(sm.group("what"))
+                fatal_line = (idx.line_of(sm.start()), sm.group(0))
+
+    fh_pos = text.rfind(_FH_HEADER)
+    if fh_pos >= 0 and (not headers or fh_pos > headers[-1]):
+        ls = _line_start(text, fh_pos)
+        blk, _, _ = _parse_block(text, ls, idx.line_of(ls), len(text), jupyter_type=None,
+                                 first_line_is_header=True)
+        blk.frames.reverse()  # most recent call first -> last
+        blk.frame_lines.reverse()
+        blk.exc = None
+        blocks.append(blk)
+    elif headers:
+        for i, h in enumerate(headers):
+            stop = headers[i + 1] if i + 1 < len(headers) else len(text)
+            line_no = idx.line_of(h)
+            hdr_end = text.find("\n", h)
+            hdr_line = text[h:hdr_end if hdr_end >= 0 else len(text)]
+            jt = None
+            jm = _IPY_HEADER.match(hdr_line[:hdr_line.find(_TB_HEADER)])
+            if jm:
+                jt = jm.group("type")
+            blk, _, _ = _parse_block(text, h, line_no, stop, jupyter_type=jt, first_line_is_header=True)
+            blocks.append(blk)
+        if blocks[-1].exc is None:
+            # the final traceback was cut before its exception line: an excerpt whose
+            # exception was printed earlier (e.g. an error logged, then re-raised and cut)
+            earlier = [b for b in _headerless_blocks(text, headers[0], idx) if b.exc is not None]
+            if earlier:
+                blocks.insert(0, earlier[-1])
+    else:
+        blocks = _headerless_blocks(text, len(text), idx)
+        if not any(b.exc for b in blocks):
+            # an exception line with no traceback at all (excerpts, logged errors)
+            tail_start = max(0, len(text) - _HEADERLESS_WINDOW)
+            last = None
+            for m in _QUALIFIED_EXC.finditer(text, tail_start):
+                last = m
+            if last is not None:
+                ln = idx.line_of(last.start())
+                le = text.find("\n", last.start())
+                raw = text[last.start():le if le >= 0 else len(text)]
+                exc = _Exc(type=last.group("type"), message=last.group("msg")[:MESSAGE_LIMIT], line_no=ln,
+                           line=raw)
+                blocks.append(_Block(exc=exc))
+
+    wrapped: list[str] = []
+    fe = None
+    for b in reversed(blocks):
+        if b.exc is not None:
+            fe = b.exc
+            break
+    if fe is not None and fe.message:
+        msg = fe.message
+        # "backend='inductor' raised:\nCppCompileError: ..." / "CppCompileError: C++ compile error"
+        if msg.startswith("backend=") and "raised:" in msg.split("\n", 1)[0]:
+            msg = msg.split("\n", 1)[1] if "\n" in msg else ""
+        for _ in range(3):
+            t, rest = _split_exc(msg.split("\n", 1)[0])
+            if t is None or t == fe.type or len(t) > 120:
+                break
+            if not (t[:1].isupper() or "." in t):
+                break
+            wrapped.append(t)
+            msg = rest
+    return ParsedFailure(blocks=blocks, signal_name=sig, fatal_line=fatal_line, wrapped_types=wrapped)
+
+
+# --------------------------------------------------------------------------------------------
+# Record
+
+
+def _pick_user_frame(p: ParsedFailure) -> Frame | None:
+    for b in reversed(p.blocks):
+        for f in reversed(b.user_code_frames):
+            if is_user_path(f.file):
+                return f
+    for b in reversed(p.blocks):
+        for f in reversed(b.frames):
+            if is_user_path(f.file):
+                return f
+    return None
+
+
+def _pick_torch_frame(p: ParsedFailure) -> Frame | None:
+    for b in reversed(p.blocks):
+        for f in reversed(b.frames):
+            if f.in_torch:
+                return f
+    return None
+
+
+def _basename(path: str) -> str:
+    return re.split(r"[/\\]", path)[-1]
+
+
+def _signature_message(message: str | None, diagnostics: list[str] | None = None) -> str:
+    """The part of a message that identifies the failure: its first line, plus the line that
+    says more where the first one is only a heading (Dynamo's "Explanation:", a line ending in
+    ':' such as "backend='inductor' raised:" or Triton's "at 3:25:", a compiler's first error)."""
+    if not message:
+        return ""
+    lines = [ln for ln in message.split("\n") if ln.strip()]
+    if not lines:
+        return ""
+    first = lines[0]
+    if len(first.strip()) < 3 and len(lines) > 1:
+        first, lines = lines[1], lines[1:]
+    if len(lines) > 1 and (lines[1].lstrip().startswith("Explanation:") or first.rstrip().endswith(":")):
+        first = first + " | " + lines[1].strip()
+    if diagnostics:
+        first = first + " | " + diagnostics[0]
+    return normalise_message(first)[:400]
+
+
+def make_signature(exception_type: str | None, message: str | None, user_frame: Frame | None,
+                   torch_frame: Frame | None, signal_name: str | None = None,
+                   diagnostics: list[str] | None = None) -> str:
+    """``<type>: <message head> @ <file>:<function>#<8 hex>``: readable, and stable across runs
+    (the hash covers the type, the normalised message head and both frames' file:function)."""
+    norm = _signature_message(message, diagnostics)
+    uf = f"{_basename(user_frame.file)}:{user_frame.function}" if user_frame else ""
+    tf = f"{_basename(torch_frame.file)}:{torch_frame.function}" if torch_frame else ""
+    key = "|".join([signal_name or "", exception_type or "", norm, uf, tf])
+    digest = hashlib.sha1(key.encode("utf-8", "replace")).hexdigest()[:8]
+    if exception_type:
+        head = exception_type.rsplit(".", 1)[-1]
+    elif signal_name and norm:
+        head = f"{signal_name}: {norm[:60]}"
+    elif signal_name:
+        head = signal_name
+    else:
+        head = "<no exception>"
+    short = norm.split(" | ")[0]
+    if len(short) > 60:
+        short = short[:57] + "..."
+    readable = f"{head}: {short}" if short and exception_type else head
+    where = uf or tf
+    if where:
+        readable += f" @ {where}"
+    return f"{readable}#{digest}"
+
+
+def last_line(text: str) -> str:
+    """The last non-blank line (bounded), searched from the end."""
+    end = len(text)
+    for _ in range(50):
+        start = text.rfind("\n", 0, end)
+        line = text[start + 1:end].strip()
+        if line:
+            return line[:MESSAGE_LIMIT]
+        if start < 0:
+            break
+        end = start
+    return ""
+
+
+def record_from_parsed(p: ParsedFailure, exit_code: int | None = None,
+                       last_line: str = "") -> FailureRecord | None:
+    user = _pick_user_frame(p)
+    torch_f = _pick_torch_frame(p)
+    fe = p.final_exc
+    if p.signal_name:
+        message = None
+        if p.fatal_line:
+            message = p.fatal_line[1].strip()[:MESSAGE_LIMIT]
+        elif fe is not None:
+            message = (f"{fe.type}: {fe.message}" if fe.type else fe.message)[:MESSAGE_LIMIT]
+        chained = [b.exc.type for b in reversed(p.blocks) if b.exc and b.exc.type]
+        return FailureRecord(
+            exception_type=None, message=message, user_frame=user, torch_frame=torch_f,
+            signature=make_signature(None, None, None, torch_f or user, p.signal_name),
+            chained=chained, signal_name=p.signal_name)
+    if fe is None:
+        frames = p.all_frames()
+        if exit_code == 0:
+            return None
+        if frames and any(not is_user_path(f.file) for f in frames):
+            # a traceback cut before its exception line (an excerpt)
+            return FailureRecord(
+                exception_type=None, message=None, user_frame=user, torch_frame=torch_f,
+                signature=make_signature(None, None, user, torch_f), chained=[], signal_name=None)
+        if exit_code is None or not last_line:
+            return None
+        # a non-zero exit with no exception printed: the last line says what happened
+        return FailureRecord(
+            exception_type=None, message=last_line[:MESSAGE_LIMIT], user_frame=user, torch_frame=torch_f,
+            signature=make_signature(None, last_line, user, torch_f, f"exit {exit_code}"), chained=[],
+            signal_name=None)
+    chained: list[str] = []
+    for t in [fe.type, *p.wrapped_types, *(b.exc.type for b in reversed(p.blocks) if b.exc)]:
+        if t and t not in chained:
+            chained.append(t)
+    message = fe.message if fe.type else (fe.message or None)
+    return FailureRecord(
+        exception_type=fe.type, message=message or None, user_frame=user, torch_frame=torch_f,
+        signature=make_signature(fe.type, message, user, torch_f, diagnostics=fe.diagnostics),
+        chained=chained, signal_name=None)
+
+
+def parse_failure(text: str, exit_code: int | None = None,
+                  signal_name: str | None = None) -> FailureRecord | None:
+    """Parse error output (stdout+stderr of a failed run) into a compact failure record.
+
+    Returns None when the text shows no failure: no exception line, no crash signal, and no
+    traceback frames (or exit code 0 with frames only).
+    """
+    if not text and not signal_name and not (exit_code is not None and exit_code < 0):
+        return None
+    p = parse(text or "", exit_code, signal_name)
+    return record_from_parsed(p, exit_code, last_line(text or ""))

@@ -1,0 +1,16 @@
+# label: triton
+# also: backend_compiler_failed
+# subcategory: Inductor's Triton codegen emits invalid kernel source for relu (injected testing bug)
+import torch
+import torch._inductor.config as inductor_config
+
+inductor_config.triton.inject_relu_bug_TESTING_ONLY = "compile_error"
+
+
+def forward(x):
+    return torch.relu(x) * 2
+
+
+if __name__ == "__main__":
+    torch.compile(forward)(torch.randn(256, device="cuda"))
+    torch.cuda.synchronize()

@@ -1,0 +1,349 @@
+"""Tests for pt2_bug_basher.classify: pure text, no torch import, no subprocess.
+
+The corpus (tests/data/corpus) holds real failure output: public issue excerpts and failures
+produced locally by the scripts in tests/data/corpus/scripts*. Speed is measured in
+bench/bench_classify.py, not here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pt2_bug_basher.classify import CATEGORIES, Classification, classify
+
+CORPUS = Path(__file__).parent / "data" / "corpus"
+SEVEN = {"graph_break", "backend_compiler_failed", "recompile", "accuracy", "dynamo_internal",
+         "runtime_crash", "triton"}
+
+
+def _load(name: str) -> list[dict]:
+    return [json.loads(line) for line in (CORPUS / name).read_text().splitlines() if line.strip()]
+
+
+PUBLIC = _load("public.jsonl")
+LOCAL = _load("local.jsonl")
+LOCAL_GPU = _load("local_gpu.jsonl")
+BY_ID = {d["id"]: d for d in PUBLIC + LOCAL + LOCAL_GPU}
+
+
+def _classify(d: dict) -> Classification:
+    return classify(d["text"], d.get("exit_code"), d.get("signal_name"))
+
+
+def is_right(d: dict, category: str) -> bool:
+    """The corpus rule: `label` or one of `also`; on `other`, any category outside the seven."""
+    accepted = {d["label"], *d.get("also", [])}
+    return category in accepted or ("other" in accepted and category not in SEVEN)
+
+
+def assert_valid(c: Classification, text: str) -> None:
+    assert c.category in CATEGORIES
+    assert all(s in CATEGORIES and s != c.category for s in c.secondary)
+    assert 0.0 <= c.confidence <= 1.0
+    assert len(c.evidence) <= 8
+    lines = text.splitlines()
+    for e in c.evidence:
+        assert len(e.text) <= 300
+        assert 1 <= e.line_no <= max(1, len(lines)), e
+        # verbatim: the evidence is the line (or its first 300 characters)
+        assert lines[e.line_no - 1].startswith(e.text) or e.text in lines[e.line_no - 1], e
+
+
+def evidence_has(c: Classification, text: str, needle: str) -> None:
+    lines = text.splitlines()
+    hits = [e for e in c.evidence if needle in e.text]
+    assert hits, f"no evidence line contains {needle!r}: {[e.text for e in c.evidence]}"
+    for e in hits:
+        assert needle in lines[e.line_no - 1]
+
+
+# --------------------------------------------------------------------------------------------
+# Local samples: exact category, decisive line as evidence with its line number
+
+DECISIVE = {
+    "local-gb_fullgraph_print": "torch._dynamo.exc.Unsupported: Failed to trace builtin operator",
+    "local-gb_fullgraph_data_dependent": "torch._dynamo.exc.Unsupported: Data-dependent branching",
+    "local-gb_inject_build_set": "torch._dynamo.exc.Unsupported: missing BUILD_SET handler",
+    "local-gb_logs_only": "[__graph_breaks] Graph",
+    "local-gb_pytest_fullgraph": "E   torch._dynamo.exc.Unsupported: Tensor.tolist()",
+    "local-bcf_inductor_cpp_compile_error": "torch._inductor.exc.InductorError: CppCompileError: C++ compile error",
+    "local-bcf_backend_raises": "BackendCompilerFailed: backend='relu_compile_error_TESTING_ONLY' raised:",
+    "local-bcf_lowering_exception": "torch._inductor.exc.InductorError: LoweringException: NotImplementedError",
+    "local-rc_recompile_limit": "torch._dynamo.exc.FailOnRecompileLimitHit: Hard failure",
+    "local-rc_error_on_recompile": "torch._dynamo.exc.RecompileError: Recompiling function forward",
+    "local-rc_recompile_limit_warning": "torch._dynamo hit config.recompile_limit (2)",
+    "local-acc_repro_level4": "torch._dynamo.debug_utils.AccuracyError: Bad accuracy detected",
+    "local-acc_inductor_accuracy_assert_close": "AssertionError: Tensor-likes are not close!",
+    "local-acc_allclose_report": "torch.allclose(eager, compiled, atol=1e-5): False",
+    "local-di_internal_keyerror": "torch._dynamo.exc.InternalTorchDynamoError: KeyError: missing_handler_key",
+    "local-rt_compiled_index_error": "RuntimeError: kernel, ",
+    "local-rt_inductor_cpp_runtime_error": "RuntimeError: unhandled error",
+    "local-rt_backend_runtime_assert": "AssertionError: ReluRuntimeError",
+    "local-rt_segfault_faulthandler": "Fatal Python error: Segmentation fault",
+    "local-exp_constraint_violation": "torch._dynamo.exc.UserError: Constraints violated (batch)!",
+    "local-exp_nonstrict_data_dependent": "GuardOnDataDependentSymNode: Could not guard on data-dependent",
+    "local-exp_strict_data_dependent": "torch._dynamo.exc.Unsupported: Data-dependent branching",
+    "gpu-tr_user_kernel_compile_error": "torch._inductor.exc.InductorError: CompilationError: at 3:25:",
+    "gpu-tr_user_kernel_eager_compile_error": "triton.compiler.errors.CompilationError: at 5:33:",
+    "gpu-tr_out_of_resources": "triton.runtime.errors.OutOfResources: out of resource: shared memory",
+    "gpu-rt_cuda_index_out_of_bounds": "CUDA error: device-side assert triggered",
+    "gpu-acc_triton_repro_level4": "AccuracyError: Bad accuracy detected",
+}
+
+
+@pytest.mark.parametrize("sample", LOCAL + LOCAL_GPU, ids=lambda d: d["id"])
+def test_local_sample_exact_category(sample: dict) -> None:
+    c = _classify(sample)
+    assert c.category == sample["label"], (c.category, c.secondary, [e.text for e in c.evidence])
+    assert_valid(c, sample["text"])
+    if sample["id"] in DECISIVE:
+        evidence_has(c, sample["text"], DECISIVE[sample["id"]])
+    if sample.get("signal_name") or sample.get("exit_code"):
+        assert c.failure is not None
+
+
+def test_decisive_line_number_is_exact() -> None:
+    d = BY_ID["local-gb_fullgraph_print"]
+    c = _classify(d)
+    lines = d["text"].splitlines()
+    want = next(i for i, ln in enumerate(lines, 1) if ln.startswith("torch._dynamo.exc.Unsupported:"))
+    assert c.evidence[0].line_no == want
+    assert c.evidence[0].text == lines[want - 1]
+    assert c.evidence[0].rule.startswith("exception:")
+
+
+def test_silent_segfault_uses_the_signal() -> None:
+    d = BY_ID["local-rt_segfault_silent"]
+    assert d["signal_name"] == "SIGSEGV" and "Fatal" not in d["text"]
+    c = _classify(d)
+    assert c.category == "runtime_crash" and c.phase == "runtime"
+    assert c.failure is not None and c.failure.signal_name == "SIGSEGV"
+    assert classify(d["text"]).category == "unknown"  # without the signal there is nothing to see
+    assert classify(d["text"], exit_code=139).category == "runtime_crash"  # shell-style 128+11
+    assert classify(d["text"], exit_code=-11).category == "runtime_crash"
+
+
+# --------------------------------------------------------------------------------------------
+# Compile mode and phase
+
+
+@pytest.mark.parametrize(("sid", "mode", "phase"), [
+    ("local-exp_strict_data_dependent", "strict_export", "trace"),
+    ("local-exp_nonstrict_data_dependent", "non_strict_export", "trace"),
+    ("local-exp_constraint_violation", "non_strict_export", "trace"),
+    ("local-gb_fullgraph_print", "torch.compile", "trace"),
+    ("local-bcf_inductor_cpp_compile_error", "torch.compile", "backend_compile"),
+    ("local-rt_compiled_index_error", "torch.compile", "runtime"),
+    ("local-acc_repro_level4", "torch.compile", "runtime"),
+])
+def test_compile_mode_and_phase(sid: str, mode: str, phase: str) -> None:
+    c = _classify(BY_ID[sid])
+    assert c.compile_mode == mode
+    assert c.phase == phase
+
+
+def test_graph_break_inside_strict_export_is_export_with_graph_break_secondary() -> None:
+    c = _classify(BY_ID["local-exp_strict_data_dependent"])
+    assert c.category == "export"
+    assert "graph_break" in c.secondary
+
+
+# --------------------------------------------------------------------------------------------
+# Triton wrapped in a backend failure
+
+
+def test_triton_error_in_inductor_error_is_triton_with_backend_secondary() -> None:
+    c = _classify(BY_ID["gpu-tr_user_kernel_compile_error"])
+    assert c.category == "triton"
+    assert "backend_compiler_failed" in c.secondary
+    assert c.phase == "backend_compile"
+
+
+def test_triton_error_in_backend_compiler_failed_is_triton_with_backend_secondary() -> None:
+    # the same failure as printed before torch 2.7 (BackendCompilerFailed instead of InductorError)
+    text = BY_ID["gpu-tr_user_kernel_compile_error"]["text"].replace(
+        "torch._inductor.exc.InductorError: CompilationError: at 3:25:",
+        "torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:\nCompilationError: at 3:25:")
+    c = classify(text, 1)
+    assert c.category == "triton"
+    assert "backend_compiler_failed" in c.secondary
+    evidence_has(c, text, "BackendCompilerFailed: backend='inductor' raised:")
+    assert c.failure is not None
+    assert c.failure.chained[:2] == ["torch._dynamo.exc.BackendCompilerFailed", "CompilationError"]
+
+
+def test_cpp_compile_error_is_not_triton() -> None:
+    c = _classify(BY_ID["local-bcf_inductor_cpp_compile_error"])
+    assert c.category == "backend_compiler_failed"
+    assert "triton" not in c.secondary
+
+
+# --------------------------------------------------------------------------------------------
+# Noisy, truncated and chained output
+
+WARNING = ("/opt/venv/lib/python3.11/site-packages/torch/_inductor/lowering.py:1917: UserWarning: "
+           "Torchinductor does not support code generation for complex operators. Performance may be "
+           "worse than eager.\n  warnings.warn(\n")
+
+
+@pytest.mark.parametrize("sid", ["local-gb_fullgraph_print", "local-bcf_inductor_cpp_compile_error",
+                                 "local-rc_recompile_limit", "local-acc_allclose_report",
+                                 "local-rt_segfault_faulthandler"])
+def test_5000_warning_lines_before_the_error(sid: str) -> None:
+    d = BY_ID[sid]
+    noise = WARNING * 2500  # 5000 lines
+    text = noise + d["text"]
+    c = classify(text, d.get("exit_code"), d.get("signal_name"))
+    assert c.category == d["label"]
+    assert_valid(c, text)
+    plain = classify(d["text"], d.get("exit_code"), d.get("signal_name"))
+    # the same decisive lines, shifted by the 5000 noise lines
+    assert [(e.line_no - 5000, e.text) for e in c.evidence][:3] == [(e.line_no, e.text) for e in plain.evidence][:3]
+
+
+def test_last_line_is_the_dynamo_hint_not_the_error() -> None:
+    d = BY_ID["local-bcf_backend_raises"]
+    assert d["text"].strip().splitlines()[-1].startswith("Set TORCHDYNAMO_VERBOSE=1")
+    c = _classify(d)
+    assert c.category == "backend_compiler_failed"
+    assert c.failure is not None and c.failure.exception_type == "torch._dynamo.exc.BackendCompilerFailed"
+
+
+def test_traceback_cut_before_the_exception_line() -> None:
+    lines = BY_ID["local-bcf_backend_raises"]["text"].splitlines()
+    cut = "\n".join(lines[:lines.index(next(ln for ln in lines if ln.startswith("torch._dynamo.exc.")))])
+    c = classify(cut)
+    assert c.category == "backend_compiler_failed"
+    evidence_has(c, cut, "raise BackendCompilerFailed(")
+
+
+def test_traceback_cut_at_the_start() -> None:
+    text = "\n".join(BY_ID["local-di_internal_keyerror"]["text"].splitlines()[20:])
+    assert "Traceback (most recent call last)" not in text
+    c = classify(text)
+    assert c.category == "dynamo_internal"
+    assert c.failure is not None and c.failure.exception_type == "torch._dynamo.exc.InternalTorchDynamoError"
+
+
+def test_chained_exception_final_one_decides() -> None:
+    d = BY_ID["local-rc_recompile_limit"]
+    assert "The above exception was the direct cause of the following exception" in d["text"]
+    c = _classify(d)
+    assert c.category == "recompile"
+    assert c.failure is not None
+    assert c.failure.chained == ["torch._dynamo.exc.FailOnRecompileLimitHit", "torch._dynamo.exc.Unsupported"]
+
+
+def test_during_handling_chain() -> None:
+    d = BY_ID["local-exp_constraint_violation"]
+    assert "During handling of the above exception" in d["text"]
+    c = _classify(d)
+    assert c.category == "export"
+    assert c.failure is not None and c.failure.exception_type == "torch._dynamo.exc.UserError"
+
+
+def test_suppressed_error_logged_then_script_succeeds() -> None:
+    # suppress_errors=True style: the traceback is logged at WARNING level and the run exits 0
+    inner = BY_ID["local-bcf_backend_raises"]["text"].strip().splitlines()
+    logged = "\n".join(f"W1202 18:47:30.000000 4242 torch/_dynamo/convert_frame.py:1290] {ln}" for ln in inner)
+    c = classify(logged + "\ntraining step 1 loss 0.5\ndone\n", exit_code=0)
+    assert c.category == "backend_compiler_failed"
+
+
+def test_graph_break_log_far_before_a_long_tail() -> None:
+    d = BY_ID["local-gb_logs_only"]
+    text = d["text"] + "step 1 ok\n" * 60000  # ~600 KB of later output
+    c = classify(text, 0)
+    assert c.category == "graph_break"
+    evidence_has(c, text, "[__graph_breaks]")
+
+
+def test_empty_and_clean_output() -> None:
+    assert classify("").category == "unknown"
+    c = classify("epoch 1: loss 0.3\nepoch 2: loss 0.2\ndone\n", exit_code=0)
+    assert c.category == "unknown" and c.failure is None and c.evidence == []
+
+
+# --------------------------------------------------------------------------------------------
+# Corpus accuracy (public: development set, so the threshold leaves room; local: all right)
+
+
+def _pred_class(category: str) -> str:
+    return category if category in SEVEN else "other"
+
+
+def _report(name: str, samples: list[dict]) -> float:
+    """Print overall accuracy and per-label precision/recall; return the accuracy.
+
+    recall(L) = right answers among samples labelled L; precision(L) = right answers among
+    samples whose prediction falls in L (export and unknown fall in `other`)."""
+    preds = [(d, _classify(d).category) for d in samples]
+    right = sum(is_right(d, got) for d, got in preds)
+    print(f"\n{name}: {right}/{len(samples)} = {right / len(samples):.3f}")
+    for label in sorted({d["label"] for d in samples}):
+        labelled = [(d, got) for d, got in preds if d["label"] == label]
+        predicted = [(d, got) for d, got in preds if _pred_class(got) == _pred_class(label)]
+        recall = sum(is_right(d, got) for d, got in labelled) / len(labelled)
+        precision = (sum(is_right(d, got) for d, got in predicted) / len(predicted)) if predicted else float("nan")
+        print(f"  {label:<24} n={len(labelled):<3} precision={precision:.2f} recall={recall:.2f}")
+    return right / len(samples)
+
+
+def test_public_corpus_accuracy() -> None:
+    assert _report("public", PUBLIC) >= 0.9
+
+
+def test_local_corpus_accuracy() -> None:
+    assert _report("local", LOCAL) == 1.0
+    assert _report("local_gpu", LOCAL_GPU) == 1.0
+
+
+# --------------------------------------------------------------------------------------------
+# Robustness: never raises, always a valid model
+
+FRAGMENTS = [
+    "Traceback (most recent call last):\n", '  File "/x/torch/_dynamo/eval_frame.py", line 1, in _fn\n',
+    '  File "repro.py", line 3, in forward\n', "    return f(x)\n", "           ^^^^\n",
+    "torch._dynamo.exc.Unsupported: call_function\n", "from user code:\n", "\n",
+    "The above exception was the direct cause of the following exception:\n",
+    "During handling of the above exception, another exception occurred:\n",
+    "Fatal Python error: Segmentation fault\n", "Current thread 0x00007f (most recent call first):\n",
+    '  File "a.py", line 2 in g\n', "V1202 18:46:49.242000 6711 torch/_dynamo/symbolic_convert.py:5124] [0/0] ",
+    "[__graph_breaks] Graph break in user code at a.py:3\n", "E   ", "[rank0]: ", "InductorError: X\n",
+    "---------------------------------------------------------------------------\n",
+    "IndexError                                Traceback (most recent call last)\n",
+    "File /x/torch/_inductor/graph.py:12, in run(self)\n", "---> 12 code\n", "CUDA error: illegal\n",
+    "torch._dynamo hit config.recompile_limit (8)\n", "Tensor-likes are not close!\n", "\x00", "\r\n",
+    "x" * 5000, "Set TORCHDYNAMO_VERBOSE=1 for the internal stack trace\n", "triton.compiler.errors.\n",
+]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.text(max_size=3000), st.one_of(st.none(), st.integers(-20, 300)),
+       st.one_of(st.none(), st.sampled_from(["SIGSEGV", "SIGABRT", "SIGKILL", "weird"])))
+def test_never_raises_on_arbitrary_text(text: str, exit_code: int | None, signal_name: str | None) -> None:
+    c = classify(text, exit_code, signal_name)
+    assert_valid(c, text)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from(FRAGMENTS), max_size=60), st.one_of(st.none(), st.integers(-11, 139)))
+def test_never_raises_on_traceback_like_text(parts: list[str], exit_code: int | None) -> None:
+    text = "".join(parts)
+    c = classify(text, exit_code)
+    assert_valid(c, text)
+
+
+def test_huge_single_line_and_nul_bytes() -> None:
+    text = "\x00" * 1000 + "a" * 2_000_000 + "torch._dynamo.exc.Unsupported: x" + "\x00b" * 1000
+    c = classify(text, 1)
+    assert c.category == "graph_break"
+    assert_valid(c, text)
+    c = classify("\x00\x00\n\x00", 1)
+    assert_valid(c, "\x00\x00\n\x00")

@@ -1,0 +1,254 @@
+"""Tests for pt2_bug_basher.failure: parsing error output into a failure record."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pt2_bug_basher.failure import FailureRecord, is_user_path, normalise_message, parse_failure
+
+CORPUS = Path(__file__).parent / "data" / "corpus"
+
+
+def _load(name: str) -> list[dict]:
+    return [json.loads(line) for line in (CORPUS / name).read_text().splitlines() if line.strip()]
+
+
+PUBLIC = _load("public.jsonl")
+LOCAL = _load("local.jsonl")
+LOCAL_GPU = _load("local_gpu.jsonl")
+BY_ID = {d["id"]: d for d in PUBLIC + LOCAL + LOCAL_GPU}
+
+
+def record(sid: str) -> FailureRecord:
+    d = BY_ID[sid]
+    r = parse_failure(d["text"], d.get("exit_code"), d.get("signal_name"))
+    assert r is not None, sid
+    return r
+
+
+# --------------------------------------------------------------------------------------------
+# Signatures
+
+RUN_PAIRS = sorted({d["script_name"] for d in LOCAL if d.get("run", 1) == 2})
+
+
+def test_corpus_has_repeated_runs() -> None:
+    assert len(RUN_PAIRS) >= 4
+
+
+@pytest.mark.parametrize("script", RUN_PAIRS)
+def test_same_failure_in_two_processes_has_the_same_signature(script: str) -> None:
+    first, second = (d for d in sorted((d for d in LOCAL if d["script_name"] == script), key=lambda d: d["run"]))
+    # the two outputs really differ (temporary paths, PIDs, timestamps) ...
+    if script in ("bcf_inductor_cpp_compile_error.py", "rc_recompile_limit.py"):
+        assert first["text"] != second["text"]
+    a = parse_failure(first["text"], first["exit_code"], first["signal_name"])
+    b = parse_failure(second["text"], second["exit_code"], second["signal_name"])
+    assert a is not None and b is not None
+    # ... but not in the failure
+    assert a.signature == b.signature
+    assert a.exception_type == b.exception_type
+
+
+def test_different_failures_have_different_signatures() -> None:
+    sigs: dict[str, str] = {}
+    for d in LOCAL + LOCAL_GPU:
+        r = parse_failure(d["text"], d.get("exit_code"), d.get("signal_name"))
+        if r is None:
+            continue
+        sigs.setdefault(d["script_name"], r.signature)
+    assert len(set(sigs.values())) == len(sigs), sigs
+
+
+def test_signature_is_readable_and_hashed() -> None:
+    r = record("local-gb_fullgraph_print")
+    assert r.signature.startswith("Unsupported: Failed to trace builtin operator @ gb_fullgraph_print.py:forward#")
+    head, digest = r.signature.rsplit("#", 1)
+    assert len(digest) == 8 and int(digest, 16) >= 0
+
+
+def test_signature_ignores_addresses_paths_and_timings() -> None:
+    base = ('Traceback (most recent call last):\n'
+            '  File "{root}/repro.py", line 9, in <module>\n    f(x)\n'
+            '  File "{root}/venv/lib/python3.11/site-packages/torch/_inductor/graph.py", line {ln}, in run\n'
+            '    x\n'
+            'RuntimeError: failed at 0x{addr} in {tmp}/torchinductor_{user}/ab/c{key}.py pid={pid} '
+            'after {secs}s in __compiled_fn_{n}\n')
+    one = base.format(root="/home/a", ln=100, addr="7f00aa", tmp="/tmp", user="a", key="x" * 51, pid=11,
+                      secs="1.5", n=3)
+    two = base.format(root="/srv/b/c", ln=230, addr="7fbb01", tmp="/tmp", user="b", key="y" * 51, pid=999,
+                      secs="22.0", n=17)
+    a, b = parse_failure(one, 1), parse_failure(two, 1)
+    assert a is not None and b is not None
+    assert a.signature == b.signature
+    other = parse_failure(one.replace("RuntimeError: failed", "RuntimeError: crashed"), 1)
+    assert other is not None and other.signature != a.signature
+
+
+def test_normalise_message() -> None:
+    msg = ("object at 0x7f3a2b1c00d0 in /tmp/torchinductor_root/4u/c4ukle6zwjohn2xwsjpc6v5jualdqmtcuvfnhxvqb4cfqnvxdrid.py "
+           "pid=8206 took 1.23s; __compiled_fn_12 cpp_fused_relu_3 [0/1] <eval_with_key>.1057 "
+           "/var/folders/xy/abc/T/tmpk2/x.py max diff 3.34565806388855 shape torch.Size([64, 3])")
+    out = normalise_message(msg)
+    for gone in ("0x7f3a", "torchinductor_root", "c4ukle6", "8206", "1.23s", "_12 ", "relu_3", "[0/1]", ".1057",
+                 "/var/folders", "3.3456"):
+        assert gone not in out, (gone, out)
+    assert "torch.Size([64, 3])" in out  # shapes are kept
+    assert "cpp_fused_relu_N" in out and "__compiled_fn_N" in out  # kernel names kept, counters not
+    assert normalise_message(msg) == normalise_message(msg.replace("0x7f3a2b1c00d0", "0x55aa01"))
+
+
+# --------------------------------------------------------------------------------------------
+# Frames
+
+
+def test_user_frame_from_the_from_user_code_section() -> None:
+    r = record("local-gb_fullgraph_print")
+    assert r.user_frame is not None
+    assert r.user_frame.file == "/home/user/repro/gb_fullgraph_print.py"
+    assert (r.user_frame.line, r.user_frame.function) == (10, "forward")
+    assert r.user_frame.code == 'print("intermediate", y.shape)'
+    assert not r.user_frame.in_torch
+    # the traceback itself only shows the call site in <module>
+    assert r.torch_frame is not None and r.torch_frame.in_torch
+    assert r.torch_frame.file.endswith("torch/_dynamo/eval_frame.py")
+
+
+def test_user_frame_innermost_of_several_user_code_frames_in_pytest_output() -> None:
+    r = record("local-gb_pytest_fullgraph")
+    assert r.exception_type == "torch._dynamo.exc.Unsupported"
+    assert r.user_frame is not None
+    assert (r.user_frame.function, r.user_frame.line, r.user_frame.code) == ("helper", 9, "return x.tolist()")
+
+
+def test_user_frame_skips_torch_site_packages_stdlib_and_frozen() -> None:
+    text = ('Traceback (most recent call last):\n'
+            '  File "<frozen runpy>", line 198, in _run_module_as_main\n'
+            '  File "/home/me/proj/train.py", line 40, in main\n    model(x)\n'
+            '  File "/home/me/proj/model.py", line 12, in forward\n    return self.block(x)\n'
+            '  File "/usr/lib/python3.11/contextlib.py", line 81, in inner\n    return func(*args, **kwds)\n'
+            '  File "/home/me/.venv/lib/python3.11/site-packages/transformers/x.py", line 5, in f\n    g()\n'
+            '  File "/home/me/.venv/lib/python3.11/site-packages/torch/_dynamo/eval_frame.py", line 9, in _fn\n'
+            '    return fn(*args)\n'
+            'KeyError: 3\n')
+    r = parse_failure(text, 1)
+    assert r is not None
+    assert r.user_frame is not None and r.user_frame.file == "/home/me/proj/model.py"
+    assert r.user_frame.code == "return self.block(x)"
+    assert r.torch_frame is not None and r.torch_frame.function == "_fn"
+    for path in ("<frozen runpy>", "/usr/lib/python3.11/contextlib.py", "/x/site-packages/torch/a.py",
+                 "/x/dist-packages/numpy/a.py", "/tmp/torchinductor_me/ab/cabc.py", "<eval_with_key>.3"):
+        assert not is_user_path(path), path
+    assert is_user_path("/home/me/proj/model.py")
+
+
+def test_inductor_error_with_compiler_output() -> None:
+    r = record("local-bcf_inductor_cpp_compile_error")
+    assert r.exception_type == "torch._inductor.exc.InductorError"
+    assert r.chained == ["torch._inductor.exc.InductorError", "CppCompileError"]
+    assert r.message is not None and len(r.message) <= 800
+    assert r.message.startswith("CppCompileError: C++ compile error")
+    assert "error: ‘compile’ was not declared in this scope" in r.message  # the compiler's own error line
+    assert r.torch_frame is not None and r.torch_frame.function == "_run_compile_cmd"
+    assert r.user_frame is not None and r.user_frame.file.endswith("bcf_inductor_cpp_compile_error.py")
+
+
+def test_jupyter_style_traceback() -> None:
+    r = record("bcf-005")
+    assert r.exception_type == "InductorError"
+    assert r.chained[:2] == ["InductorError", "CppCompileError"]
+    assert r.torch_frame is not None and r.torch_frame.function == "_run_compile_cmd"
+    assert r.torch_frame.line == 633
+    r = record("di-011")  # header only: "IndexError      Traceback (most recent call last)"
+    assert r.exception_type == "IndexError"
+
+
+def test_log_prefixed_traceback() -> None:
+    r = record("oth-002")  # E-level glog lines
+    assert r.exception_type == "torch.fx.experimental.symbolic_shapes.ConstraintViolationError"
+    assert r.message is not None and r.message.startswith("Constraints violated (seq_len)!")
+
+
+# --------------------------------------------------------------------------------------------
+# Chains, crashes, truncation
+
+
+def test_chained_types_outermost_first() -> None:
+    assert record("local-rc_recompile_limit").chained == [
+        "torch._dynamo.exc.FailOnRecompileLimitHit", "torch._dynamo.exc.Unsupported"]
+    assert record("local-exp_constraint_violation").chained == [
+        "torch._dynamo.exc.UserError", "torch.fx.experimental.symbolic_shapes.ConstraintViolationError"]
+    assert record("local-bcf_backend_raises").chained == [
+        "torch._dynamo.exc.BackendCompilerFailed", "ReluCompileError"]
+
+
+def test_segfault_with_faulthandler() -> None:
+    r = record("local-rt_segfault_faulthandler")
+    assert r.exception_type is None
+    assert r.signal_name == "SIGSEGV"
+    assert r.message == "Fatal Python error: Segmentation fault"
+    # faulthandler prints the most recent call first; the innermost user frame is crash()
+    assert r.user_frame is not None and (r.user_frame.function, r.user_frame.line) == ("crash", 15)
+    assert r.signature.startswith("SIGSEGV")
+
+
+def test_segfault_without_any_output() -> None:
+    r = record("local-rt_segfault_silent")
+    assert r.exception_type is None and r.signal_name == "SIGSEGV"
+    assert r.signature.startswith("SIGSEGV#")
+    assert parse_failure("", signal_name="SIGABRT") is not None
+
+
+def test_segfault_seen_in_gdb_output() -> None:
+    r = record("rt-008")
+    assert r.signal_name == "SIGSEGV" and r.exception_type is None
+
+
+def test_truncated_traceback_keeps_frames() -> None:
+    r = record("bcf-011")  # vLLM-prefixed frames, no exception line
+    assert r.exception_type is None
+    assert r.torch_frame is not None and r.torch_frame.file.endswith("torch/_functorch/aot_autograd.py")
+
+
+def test_exception_line_without_traceback() -> None:
+    r = record("di-002")
+    assert r.exception_type == "torch._dynamo.exc.InternalTorchDynamoError"
+    assert r.chained == ["torch._dynamo.exc.InternalTorchDynamoError", "AttributeError"]
+
+
+def test_no_failure() -> None:
+    assert parse_failure("") is None
+    assert parse_failure("all good\n", exit_code=0) is None
+    assert parse_failure(BY_ID["local-gb_logs_only"]["text"], exit_code=0) is None
+
+
+def test_nonzero_exit_without_exception_uses_the_last_line() -> None:
+    r = record("local-acc_allclose_report")
+    assert r.exception_type is None
+    assert r.message == "MISMATCH between eager and compiled outputs"
+    assert r.signature.startswith("exit 1: ")
+
+
+@pytest.mark.parametrize("sample", LOCAL + LOCAL_GPU, ids=lambda d: d["id"])
+def test_every_local_failure_parses(sample: dict) -> None:
+    r = parse_failure(sample["text"], sample.get("exit_code"), sample.get("signal_name"))
+    if sample.get("exit_code") == 0:
+        return
+    assert r is not None
+    assert r.message is None or len(r.message) <= 800
+    if not sample.get("signal_name") and sample["script_name"] != "acc_allclose_report.py":
+        assert r.exception_type is not None
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.text(max_size=2000), st.one_of(st.none(), st.integers(-20, 300)))
+def test_parse_failure_never_raises(text: str, exit_code: int | None) -> None:
+    r = parse_failure(text, exit_code)
+    if r is not None:
+        assert r.message is None or len(r.message) <= 800
+        assert "#" in r.signature
