@@ -1,0 +1,463 @@
+"""collect_debug_artifacts through a real in-process MCP client, on real Inductor runs (CPU).
+
+Inductor runs are expensive (5-20 s each on a shared machine), so one session fixture makes all of
+them, in one case: a training model (forward and backward graphs, C++ kernels, an output_code.py
+large enough for two pages), the same run again through its run_id with trace=True, and PyTorch's
+relu-injection testing hook in its compile_error and runtime_error modes. The tests then check the
+results against the files on disk, read independently.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+
+from pt2_bug_basher.app import create_server
+from pt2_bug_basher.artifacts import parse_annotation, parse_fx_graph
+from pt2_bug_basher.config import ServerConfig
+
+MM_CHAIN = 90  # enough matmuls for a backward output_code.py over one 64 KiB page
+
+MODEL = f'''
+import torch
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+        self.w = torch.nn.Parameter(torch.randn(8, 8) / 8)
+
+    def forward(self, x):
+        y = torch.relu(self.lin(x)).sin() + x.cos()
+        for _ in range({MM_CHAIN}):
+            y = torch.mm(y, self.w)
+        return y
+
+
+torch.manual_seed(0)
+model = Model()
+x = torch.randn(8, 8, requires_grad=True)
+torch.compile(model)(x).sum().backward()
+print("ok")
+'''
+
+RELU_BUG = '''
+import torch
+import torch._inductor.config as inductor_config
+
+inductor_config.cpp.inject_relu_bug_TESTING_ONLY = "{mode}"
+
+
+def f(x):
+    return torch.relu(x * 2) + 1
+
+
+print(torch.compile(f)(torch.randn(8, 8)).sum())
+'''
+
+WAIVE_REASON = "artifact-indexing test: no unit test needed"
+
+
+@dataclass
+class Session:
+    config: ServerConfig
+    repo: Path
+    case_id: str
+    refused: Any = None
+    results: dict[str, dict[str, Any]] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+    status: dict[str, Any] = field(default_factory=dict)
+
+
+@pytest.fixture(scope="session")
+def session(tmp_path_factory: pytest.TempPathFactory) -> Session:
+    root = tmp_path_factory.mktemp("artifacts")
+    repo = root / "repo"
+    repo.mkdir()
+    (repo / "model.py").write_text(MODEL)
+    for mode in ("compile_error", "runtime_error"):
+        (repo / f"{mode}.py").write_text(RELU_BUG.format(mode=mode))
+    config = ServerConfig(state_dir=root / "state", default_repo=repo, allowed_roots=(root,))
+    holder: dict[str, Session] = {}
+
+    async def main() -> None:
+        async with Client(create_server(config)) as client:
+            opened = await client.call_tool("check_env", {"python": sys.executable})
+            assert not opened.is_error, opened.content
+            case_id = opened.structured_content["case_id"]
+            sess = holder["s"] = Session(config, repo, case_id)
+            sess.refused = await client.call_tool(
+                "collect_debug_artifacts", {"case_id": case_id, "script": str(repo / "model.py")})
+            for step in ("test", "main_check"):
+                waived = await client.call_tool("waive_step", {"case_id": case_id, "step": step,
+                                                               "reason": WAIVE_REASON})
+                assert not waived.is_error, waived.content
+
+            async def collect(key: str, **arguments: Any) -> None:
+                started = time.monotonic()
+                result = await client.call_tool("collect_debug_artifacts", {"case_id": case_id, **arguments})
+                sess.seconds[key] = round(time.monotonic() - started, 1)
+                assert not result.is_error, result.content
+                sess.results[key] = result.structured_content
+                sess.results[key]["_text_bytes"] = len(result.content[0].text.encode())
+
+            await collect("model", script=str(repo / "model.py"))
+            await collect("again", run_id=sess.results["model"]["run_id"], trace=True)
+            await collect("compile_error", script=str(repo / "compile_error.py"))
+            await collect("runtime_error", script=str(repo / "runtime_error.py"))
+            status = await client.call_tool("get_workflow", {"case_id": case_id})
+            sess.status = status.structured_content["case"]
+
+    anyio.run(main)
+    sess = holder["s"]
+    print("\ncollect_debug_artifacts timings (s):", sess.seconds, file=sys.stderr)
+    return sess
+
+
+def _file(result: dict[str, Any], uri: str) -> Path:
+    """The file behind an artifact URI, found on disk without the server's help."""
+    rel = uri.split("/artifacts/", 1)[1].split("?", 1)[0]
+    return Path(result["debug_dir"]).parent / rel
+
+
+def _graph(result: dict[str, Any], role: str) -> dict[str, Any]:
+    matches = [g for g in result["graphs"] if g["role"] == role]
+    assert len(matches) == 1, [g["name"] for g in result["graphs"]]
+    return matches[0]
+
+
+# -- the gate ----------------------------------------------------------------------------------------
+
+
+def test_refused_without_a_registered_test(session):
+    assert session.refused.is_error
+    text = session.refused.content[0].text
+    assert "register_test" in text and "collect_debug_artifacts refused" in text
+    assert "waive_step" in text
+
+
+# -- a compiled training model -------------------------------------------------------------------------
+
+
+def test_graphs_and_kernels_of_a_compiled_model(session):
+    result = session.results["model"]
+    assert result["failed"] is False and result["exit_code"] == 0
+    assert result["graph_count"] == 2
+    assert [g["role"] for g in result["graphs"]] == ["forward", "backward"]
+    kernel_total = 0
+    for graph in result["graphs"]:
+        assert graph["compile_id"] == "[0/0]"
+        assert {"fx_graph_readable.py", "fx_graph_transformed.py", "ir_pre_fusion.txt", "ir_post_fusion.txt",
+                "output_code.py"} <= set(graph["files"])
+        code = _file(result, graph["dir_uri"] + "output_code.py").read_text()
+        # Kernels: counted here straight from the generated module.
+        defined = re.findall(r"^(cpp_fused_\w+) = async_compile\.cpp_pybinding\(", code, re.M)
+        assert defined and graph["kernel_count"] == len(defined)
+        assert [k["name"] for k in graph["kernels"]] == defined
+        assert all(k["kind"] == "cpp" for k in graph["kernels"])
+        kernel_total += len(defined)
+        assert graph["extern_calls"].get("mm") == len(re.findall(r"extern_kernels\.mm\(", code))
+        # Nodes: the readable FX graph's op lines, its signature's inputs, and one output node.
+        fx = _file(result, graph["dir_uri"] + "fx_graph_readable.py").read_text()
+        op_lines = [line for line in fx.splitlines() if " = torch.ops." in line]
+        signature = next(line for line in fx.splitlines() if "def forward(self" in line)
+        inputs = signature.count(': "')
+        assert graph["op_total"] == len(op_lines)
+        assert graph["input_count"] == inputs
+        assert graph["node_count"] == inputs + len(op_lines) + 1
+        for op, count in graph["ops"].items():
+            assert count == sum(f"torch.ops.{op}(" in line for line in op_lines), op
+        assert len(graph["inputs"]) == min(inputs, 6) and graph["inputs"][0].endswith(': f32[8, 8]')
+    forward, backward = _graph(result, "forward"), _graph(result, "backward")
+    assert forward["ops"]["aten.mm.default"] == MM_CHAIN
+    assert {"aten.addmm.default", "aten.relu.default", "aten.sin.default", "aten.cos.default"} <= set(forward["ops"])
+    assert forward["extern_calls"] == {"mm": MM_CHAIN, "addmm": 1}
+    fused = forward["kernels"][0]
+    assert fused["fx_nodes_from"] == "provenance tracking"
+    assert {"relu", "sin", "cos", "add"} <= set(fused["fx_nodes"])
+    assert backward["ops"]["aten.mm.default"] == 2 * MM_CHAIN + 2  # and the two of addmm's backward
+    assert result["kernel_count"] == kernel_total
+    kinds = result["files_by_kind"]
+    assert kinds["output_code"] == 2 and kinds["fx_graph"] == 2 and kinds["ir_post_fusion"] == 2
+    assert kinds["dynamo_debug_log"] == 1
+    assert result["failure"] is None
+    assert result["_text_bytes"] < 8000, result["_text_bytes"]
+    assert "trace=True" in " ".join(result["notes"])
+    # The full index is on disk, uncapped.
+    index = json.loads(_file(result, result["index"]).read_text())
+    assert len(index["graphs"]) == 2 and len(index["graphs"][1]["inputs"]) == backward["input_count"]
+    assert all(_file(result, f["uri"]).is_file() for f in index["files"])
+
+
+def test_evidence_is_recorded(session):
+    by_step = {s["step"]: s for s in session.status["steps"]}
+    artifacts = by_step["artifacts"]
+    assert artifacts["status"] == "done"
+    assert artifacts["run_id"] == session.results["runtime_error"]["run_id"]
+    assert "1 graphs, 1 kernels" in artifacts["evidence"] and "cpp_fused_add_mul_relu_0" in artifacts["evidence"]
+    for key in ("model", "again", "compile_error", "runtime_error"):
+        assert session.results[key]["recorded"] == ["artifacts"]
+        assert "next_step" in session.results[key]
+
+
+def test_a_second_run_still_yields_full_artifacts(session):
+    first, again = session.results["model"], session.results["again"]
+    assert again["debug_dir"] != first["debug_dir"]
+    assert again["command"] == first["command"]
+    assert again["env_added"]["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] == "1"
+    assert [(g["role"], g["kernel_count"], g["node_count"], g["has_output_code"]) for g in again["graphs"]] == \
+        [(g["role"], g["kernel_count"], g["node_count"], g["has_output_code"]) for g in first["graphs"]]
+    assert again["kernel_count"] == first["kernel_count"] > 0
+
+
+def test_trace_runs_tlparse_and_links_the_dynamo_graph(session):
+    again = session.results["again"]
+    trace = again["trace"]
+    assert trace["error"] is None and trace["tlparse_run_id"]
+    assert trace["report"].endswith("/tlparse/index.html") and _file(again, trace["report"]).is_file()
+    assert [c["compile_id"] for c in trace["compiles"]] == ["[0/0]"]
+    dynamo = _file(again, trace["compiles"][0]["dynamo_graph"]).read_text()
+    forward = _graph(again, "forward")
+    assert forward["related"]["dynamo_graph"] == trace["compiles"][0]["dynamo_graph"]
+    assert "aot_forward_graph" in forward["related"]
+    # Dynamo's printout carries strides and devices: "f32[8, 8][8, 1]cpu".
+    stats = parse_fx_graph(dynamo)
+    assert stats is not None and stats.inputs
+    x = stats.inputs[-1]
+    assert x.annotation == "f32[8, 8][8, 1]cpu"
+    assert (x.dtype, x.shape, x.stride, x.device) == ("f32", "[8, 8]", "[8, 1]", "cpu")
+    assert stats.ops["torch.mm"] == MM_CHAIN
+    assert parse_annotation("Sym(s0)") == {}
+
+
+# -- failures ------------------------------------------------------------------------------------------
+
+
+def test_compile_error_points_at_the_graph_and_kernel(session):
+    result = session.results["compile_error"]
+    assert result["failed"] and result["exit_code"] == 1
+    failure = result["failure"]
+    graph = _graph(result, "inference")
+    assert failure["graph"] == graph["name"]
+    assert failure["phase"] == "compile"
+    assert "InductorError" in failure["exception_type"]
+    assert "error" in failure["compiler_error"]
+    code = _file(result, graph["dir_uri"] + "output_code.py").read_text().splitlines()
+    kernels = re.findall(r"^(cpp_fused_\w+) = ", "\n".join(code), re.M)
+    assert kernels and failure["kernel"] == kernels[0]
+    # The line the C++ compiler rejected, in output_code.py.
+    assert "compile error!" in code[failure["output_code_line"] - 1]
+    assert failure["code_line"] == code[failure["output_code_line"] - 1].strip()
+    assert "relu" in failure["fx_nodes"]
+    assert graph["kernels"][0]["name"] in result["next_step"]
+
+
+def test_runtime_error_maps_the_generated_frame_to_the_kernel(session):
+    result = session.results["runtime_error"]
+    failure = result["failure"]
+    graph = _graph(result, "inference")
+    assert failure["phase"] == "runtime"
+    assert failure["exception_type"] == "RuntimeError"
+    assert failure["graph"] == graph["name"]
+    assert failure["kernel"] == graph["kernels"][0]["name"]
+    assert failure["generated_frame"].startswith(result["debug_dir"])
+    code = _file(result, failure["output_code"]).read_text().splitlines()
+    assert code[failure["output_code_line"] - 1].strip() == failure["code_line"]
+    assert failure["code_line"].startswith(failure["kernel"] + "(")
+    assert failure["fx_nodes_from"] == "provenance tracking"
+    assert {"mul", "relu", "add"} == set(failure["fx_nodes"])
+    assert "calls " + failure["kernel"] in failure["how"]
+
+
+# -- resources -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_resources_page_through_a_large_output_code(session):
+    result = session.results["model"]
+    backward = _graph(result, "backward")
+    uri = backward["dir_uri"] + "output_code.py"
+    raw = _file(result, uri).read_bytes()
+    assert len(raw) > 64 * 1024, "the model must generate an output_code.py over one page"
+    async with Client(create_server(session.config)) as client:
+        one = (await client.read_resource(uri)).contents[0].text
+        two = (await client.read_resource(uri + "?page=2")).contents[0].text
+        missing = None
+        try:
+            await client.read_resource(uri + "?page=99")
+        except Exception as exc:  # noqa: BLE001 - any error the client raises for a failed read
+            missing = str(exc)
+    pages = -(-len(raw) // (64 * 1024))
+    assert one.endswith(f"[page 1 of {pages}, {len(raw)} bytes in all; next: {uri}?page=2]")
+    body_one = one[: one.rindex("\n[page 1 of")]
+    body_two = two[: two.rindex("\n[page 2 of")]
+    assert (body_one + body_two).encode() == raw[: len((body_one + body_two).encode())]
+    assert len(body_one.encode()) == 64 * 1024
+    assert "page 99 does not exist" in (missing or "")
+
+
+@pytest.mark.anyio
+async def test_artifact_resources_stay_in_the_case(session):
+    result = session.results["model"]
+    async with Client(create_server(session.config)) as client:
+        text = (await client.read_resource(result["index"])).contents[0].text
+        assert json.loads(text)["run_id"] == result["run_id"]
+        for uri in (
+            f"case://{session.case_id}/artifacts/../../cases.sqlite3",
+            f"case://{session.case_id}/artifacts/%2E%2E/%2E%2E/cases.sqlite3",
+            f"case://{session.case_id}/artifacts/nope/output_code.py",
+            "case://case-nope/artifacts/x/output_code.py",
+        ):
+            with pytest.raises(Exception):
+                await client.read_resource(uri)
+
+
+# -- bad input -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_bad_input_is_a_tool_error(session, tmp_path_factory):
+    outside = tmp_path_factory.mktemp("outside") / "repro.py"
+    outside.write_text("print('hi')\n")
+    tlparse_run = session.results["again"]["trace"]["tlparse_run_id"]
+    async with Client(create_server(session.config)) as client:
+        async def call(**arguments: Any):
+            return await client.call_tool("collect_debug_artifacts", {"case_id": session.case_id, **arguments})
+
+        unknown = await call(run_id="run-20200101-deadbeef")
+        assert unknown.is_error and "unknown run_id 'run-20200101-deadbeef'" in unknown.content[0].text
+        escaped = await call(script=str(outside))
+        assert escaped.is_error and "outside the allowed roots" in escaped.content[0].text
+        missing = await call(script=str(session.repo / "nope.py"))
+        assert missing.is_error and "does not exist" in missing.content[0].text
+        both = await call(script=str(session.repo / "model.py"), run_id=session.results["model"]["run_id"])
+        assert both.is_error and "not both" in both.content[0].text
+        not_python = await call(run_id=tlparse_run)
+        assert not_python.is_error and "did not run a script" in not_python.content[0].text
+        nothing = await call()
+        assert nothing.is_error and "no script to rerun" in nothing.content[0].text
+        bad_env = await call(script=str(session.repo / "model.py"), env={"LD_PRELOAD": "x.so"})
+        assert bad_env.is_error and "LD_PRELOAD" in bad_env.content[0].text
+        bad_timeout = await call(script=str(session.repo / "model.py"), timeout_s=-1)
+        assert bad_timeout.is_error and "timeout_s" in bad_timeout.content[0].text
+        other_case = await client.call_tool("collect_debug_artifacts", {"case_id": "case-nope"})
+        assert other_case.is_error and "unknown case_id" in other_case.content[0].text
+
+
+# -- parsing, without a compile -----------------------------------------------------------------------
+
+TRITON_OUTPUT_CODE = '''# AOT ID: ['3_inference']
+from torch._inductor.async_compile import AsyncCompile
+async_compile = AsyncCompile()
+
+
+# kernel path: /tmp/torchinductor_u/zq/czqexample.py
+# Topologically Sorted Source Nodes: [mul, relu], Original ATen: [aten.mul, aten.relu]
+# Source node to ATen node mapping:
+#   relu => relu
+triton_poi_fused_mul_relu_0 = async_compile.triton('triton_poi_fused_mul_relu_0', \'\'\'
+import triton
+import triton.language as tl
+
+@triton.jit
+def triton_poi_fused_mul_relu_0(in_ptr0, out_ptr0, xnumel, XBLOCK : tl.constexpr):
+    xnumel = 64
+    xoffset = tl.program_id(0) * XBLOCK
+    tmp0 = tl.load(in_ptr0 + xoffset)
+    tl.store(out_ptr0 + xoffset, tmp0)
+\'\'\', device_str='cuda')
+
+
+# kernel path: /tmp/torchinductor_u/ab/cabexample.py
+triton_red_fused_sum_1 = async_compile.triton('triton_red_fused_sum_1', \'\'\'
+@triton.jit
+def triton_red_fused_sum_1(in_ptr0, out_ptr0, xnumel, r0_numel):
+    pass
+\'\'\', device_str='cuda')
+
+
+async_compile.wait(globals())
+del async_compile
+
+class Runner:
+    def call(self, args):
+        arg0_1, = args
+        buf0 = empty_strided_cuda((8, 8), (8, 1), torch.float32)
+        stream0 = get_raw_stream(0)
+        triton_poi_fused_mul_relu_0.run(arg0_1, buf0, 64, stream=stream0)
+        buf1 = empty_strided_cuda((), (), torch.float32)
+        triton_red_fused_sum_1.run(buf0, buf1, 1, 64, stream=stream0)
+        extern_kernels.mm(buf0, buf0, out=buf2)
+        return (buf1, )
+'''
+
+TRITON_FX = '''class <lambda>(torch.nn.Module):
+    def forward(self, arg0_1: "f32[8, 8][8, 1]cuda:0", s0: "Sym(s0)"):
+        # File: repro.py:5 in f, code: return torch.relu(x * 2).sum()
+        mul: "f32[8, 8][8, 1]cuda:0" = torch.ops.aten.mul.Tensor(arg0_1, 2);  arg0_1 = None
+        relu: "f32[8, 8][8, 1]cuda:0" = torch.ops.aten.relu.default(mul);  mul = None
+        sum_1: "f32[][]cuda:0" = torch.ops.aten.sum.default(relu);  relu = None
+        return (sum_1,)
+
+    class submod_0(torch.nn.Module):
+        def forward(self, x):
+            neg = torch.ops.aten.neg.default(x)
+            return (neg,)
+'''
+
+
+def test_triton_output_code_and_a_frame_in_a_kernel_module(tmp_path):
+    from pt2_bug_basher.artifacts import load_graph, locate_failure, parse_output_code, walk
+
+    stamp = tmp_path / "20260101-000000-abcdef"
+    graph_dir = stamp / "torch_compile_debug" / "run_1-pid_1" / "torchinductor" / "model__3_inference_5.0"
+    graph_dir.mkdir(parents=True)
+    (graph_dir / "output_code.py").write_text(TRITON_OUTPUT_CODE)
+    (graph_dir / "fx_graph_readable.py").write_text(TRITON_FX)
+    (graph_dir / "graph_diagram.svg").write_text("<svg/>")
+    (stamp / "torch_compile_debug" / "mystery.bin2").write_text("?")
+
+    code = parse_output_code(TRITON_OUTPUT_CODE)
+    assert [(k.name, k.kind) for k in code.kernels] == [
+        ("triton_poi_fused_mul_relu_0", "triton pointwise"), ("triton_red_fused_sum_1", "triton reduction")]
+    assert code.kernels[0].source_nodes == ["mul", "relu"]
+    assert code.extern_calls == {"mm": 1}
+    assert code.kernel_called_at(code.kernels[1].call_lines[0]).name == "triton_red_fused_sum_1"
+
+    walked = walk(stamp)
+    kinds = {Path(f.rel).name: f.kind for f in walked.files}
+    assert kinds == {"output_code.py": "output_code", "fx_graph_readable.py": "fx_graph",
+                     "graph_diagram.svg": "graph_diagram", "mystery.bin2": "other"}
+    graph = load_graph(walked.graph_dirs[0], stamp, {"model__3_inference_5.0": "[1/0]"})
+    assert graph.role == "inference" and graph.compile_id == "[1/0]"
+    assert graph.fx.node_count == 2 + 3 + 1 and graph.fx.subgraphs == 1
+    assert graph.fx.inputs[0].device == "cuda:0" and graph.fx.inputs[1].annotation == "Sym(s0)"
+
+    traceback = """Traceback (most recent call last):
+  File "/home/u/repro.py", line 9, in <module>
+    f(x)
+  File "/tmp/torchinductor_u/zq/czqexamplexxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx.py", line 14, in triton_poi_fused_mul_relu_0
+    tmp0 = tl.load(in_ptr0 + xoffset)
+RuntimeError: CUDA error: an illegal memory access was encountered
+"""
+    failure = locate_failure(traceback, [graph], stamp, "case-x", stamp.name, 1, None)
+    assert failure.exception_type == "RuntimeError"
+    assert failure.graph == "model__3_inference_5.0" and failure.kernel == "triton_poi_fused_mul_relu_0"
+    assert failure.phase == "runtime"
+    assert failure.fx_nodes == ["mul", "relu"] and failure.fx_nodes_from == "output_code comments"
+    assert failure.output_code_line == code.kernels[0].start
+    assert failure.output_code.startswith("case://case-x/artifacts/20260101-000000-abcdef/torch_compile_debug/")
+
+    nowhere = locate_failure("Traceback (most recent call last):\n  File \"/home/u/r.py\", line 1, in <module>\n"
+                             "torch._dynamo.exc.Unsupported: boom\n", [graph], stamp, "case-x", stamp.name, 1, None)
+    assert nowhere.graph is None and nowhere.kernel is None and "not in a kernel" in nowhere.how
