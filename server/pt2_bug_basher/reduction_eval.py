@@ -82,6 +82,7 @@ class ForkServerEvaluator(Evaluator):
     async def start(self, task_group, progress=None) -> None:
         """Start the server as a recorded run in task_group; returns once it accepts requests."""
         argv = [self.case.python, str(FORKSERVER), str(self.socket_path), *self.preload]
+        self.work_dir.mkdir(parents=True, exist_ok=True)
 
         async def serve() -> None:
             with anyio.CancelScope() as scope:

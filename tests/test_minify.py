@@ -1,0 +1,122 @@
+"""minify through a real MCP client: the source reducer and PyTorch's FX minifier, on real repros."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from mcp import Client
+
+from pt2_bug_basher.app import create_server
+from pt2_bug_basher.config import ServerConfig
+
+from conftest import EXAMPLES
+
+pytestmark = pytest.mark.anyio
+DATA = Path(__file__).parent / "data" / "minify"
+
+
+@pytest.fixture(scope="module")
+def module_config(tmp_path_factory) -> ServerConfig:
+    root = tmp_path_factory.mktemp("min")
+    repo = root / "repo"
+    shutil.copytree(EXAMPLES, repo / "examples")
+    shutil.copytree(DATA, repo / "data")
+    return ServerConfig(state_dir=root / "state", default_repo=repo, allowed_roots=(root,))
+
+
+async def reproduced(client: Client, script: Path) -> str:
+    env = await client.call_tool("check_env", {"python": sys.executable})
+    assert not env.is_error, env.content[0].text
+    case_id = env.structured_content["case_id"]
+    run = await client.call_tool("run_with_logs", {"case_id": case_id, "repeat": 2, "script": str(script)})
+    assert run.structured_content["reproduced"], run.structured_content
+    return case_id
+
+
+async def status_of(client: Client, case_id: str, step: str) -> str:
+    flow = (await client.call_tool("get_workflow", {"case_id": case_id})).structured_content["case"]
+    return {s["step"]: s["status"] for s in flow["steps"]}[step]
+
+
+async def test_source_reducer_shrinks_a_padded_graph_break(module_config):
+    script = module_config.default_repo / "data" / "padded_graph_break.py"
+    server = create_server(module_config)
+    progress: list[str] = []
+
+    async def on_progress(value, total, message):
+        progress.append(message or "")
+
+    async with Client(server) as client:
+        case_id = await reproduced(client, script)
+        result = await client.call_tool("minify", {"case_id": case_id, "mode": "auto", "budget_s": 120},
+                                        progress_callback=on_progress)
+        assert not result.is_error, result.content[0].text
+        data = result.structured_content
+        assert data["mode"] == "source" and "graph_break" in data["why_mode"]
+        assert data["confirmed"] and data["comparison"] in ("signature", "exception")
+        assert data["after"]["bytes"] < 0.5 * data["before"]["bytes"], data
+        assert data["after"]["lines"] < data["before"]["lines"]
+        reduced = Path(data["minimized_path"]).read_text()
+        for gone in ("UnusedBlock", "helper_never_called", "json", "512"):
+            assert gone not in reduced, reduced
+        assert "fullgraph=True" in reduced and "y.sum() > 0" in reduced.replace("(", "").replace(")", "") \
+            or "sum()" in reduced
+        # readable as a resource too
+        body = await client.read_resource(data["resource"])
+        assert body.contents[0].text == reduced
+        assert data["source"]["candidates_run"] > 5 and data["source"]["evaluations_per_s"] > 0
+        assert "reduce" in data["recorded"] and "register_test" in data["next_step"]
+        assert await status_of(client, case_id, "reduce") == "done"
+        # a budget that runs out returns the best so far, still confirmed to fail the same way
+        short = (await client.call_tool("minify", {"case_id": case_id, "mode": "source", "budget_s": 12}))
+        short_data = short.structured_content
+    assert any("source reducer" in m for m in progress), progress
+    assert short_data["budget_exhausted"] is True
+    assert short_data["minimized_path"] and short_data["after"]["bytes"] <= short_data["before"]["bytes"]
+    assert "budget ran out" in short_data["next_step"] or not short_data["confirmed"]
+    assert len(short.content[0].text) < 8000
+
+
+async def test_bad_arguments(module_config):
+    async with Client(create_server(module_config)) as client:
+        env = await client.call_tool("check_env", {"python": sys.executable})
+        case_id = env.structured_content["case_id"]
+        gate = await client.call_tool("minify", {"case_id": case_id})
+        mode = await client.call_tool("minify", {"case_id": case_id, "mode": "magic"})
+        budget = await client.call_tool("minify", {"case_id": case_id, "budget_s": 1})
+        missing = await client.read_resource(f"case://{case_id}/minified/nope.py") if False else None
+    assert gate.is_error and "run_with_logs" in gate.content[0].text
+    assert mode.is_error and "mode" in mode.content[0].text
+    assert budget.is_error and "budget_s" in budget.content[0].text
+    del missing
+
+
+@pytest.mark.slow
+async def test_fx_minifier_on_a_backend_compiler_failure(module_config):
+    script = module_config.default_repo / "data" / "inductor_compile_error.py"
+    async with Client(create_server(module_config)) as client:
+        case_id = await reproduced(client, script)
+        result = await client.call_tool("minify", {"case_id": case_id, "mode": "fx", "after": "aot",
+                                                   "budget_s": 240})
+        assert not result.is_error, result.content[0].text
+        data = result.structured_content
+        assert data["fx"]["check_str"] and data["fx"]["trials"] >= 2, data
+        assert data["confirmed"], data
+        assert data["after"]["nodes"] < data["before"]["nodes"], data
+        assert await status_of(client, case_id, "reduce") == "done"
+
+
+@pytest.mark.slow
+async def test_fx_minifier_on_an_accuracy_failure(module_config):
+    script = module_config.default_repo / "examples" / "accuracy_mismatch.py"
+    async with Client(create_server(module_config)) as client:
+        case_id = await reproduced(client, script)
+        result = await client.call_tool("minify", {"case_id": case_id, "mode": "auto", "budget_s": 240})
+        assert not result.is_error, result.content[0].text
+        data = result.structured_content
+    assert data["mode"] == "fx" and data["fx"]["level"] == 4, data
+    assert data["confirmed"] and data["comparison"] in ("category", "exception", "signature"), data
+    assert data["after"]["nodes"] <= data["before"]["nodes"]
