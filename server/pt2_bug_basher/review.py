@@ -118,10 +118,13 @@ def diff_against(repo_path: Path, main_ref: str) -> Diff:
     if not bases:
         raise InvalidInput(f"HEAD and {main_ref} share no history; review needs a branch made from {main_ref}.")
     base = bases[0].hexsha
-    text = repo.git.diff(base, "--no-color", "--no-ext-diff", "--find-renames", "-U3", "--",
-                         kill_after_timeout=GIT_TIMEOUT_S)
+    try:
+        text = repo.git.diff(base, "--no-color", "--no-ext-diff", "--find-renames", "-U3", "--",
+                             kill_after_timeout=GIT_TIMEOUT_S)
+        untracked = repo.git.ls_files("--others", "--exclude-standard", "-z", kill_after_timeout=GIT_TIMEOUT_S)
+    except git.GitCommandError as exc:
+        raise InvalidInput(f"git diff failed in {root}: {(exc.stderr or str(exc)).strip()[:500]}") from exc
     files = parse_unified(text)
-    untracked = repo.git.ls_files("--others", "--exclude-standard", "-z", kill_after_timeout=GIT_TIMEOUT_S)
     extra: list[str] = []
     for name in filter(None, untracked.split("\0")):
         path = root / name

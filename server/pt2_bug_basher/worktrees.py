@@ -227,6 +227,11 @@ def _create_sync(store: Store, case: CaseRecord, ref: str, test_file: str | None
 
     repo = open_repo(Path(case.repo))
     primary = Path(repo.working_tree_dir or case.repo)
+    if test_file and not (primary / test_file).is_file():
+        raise InvalidInput(
+            f"the registered test file {test_file} is gone from {primary}. Register the test again: "
+            f'register_test(case_id="{case.case_id}", test_file="...", test_name="...")'
+        )
     commit = resolve_commit(repo, ref)
     path = worktree_path(store, case.case_id, ref)
     replaced = False
@@ -246,14 +251,19 @@ def _create_sync(store: Store, case: CaseRecord, ref: str, test_file: str | None
     record = WorktreeRecord(str(path), case.case_id, str(primary), ref, commit, time.time(), test_file,
                             torch_from_repo=torch_from_repo)
     store.set_kv(KV_PREFIX + str(path), record.to_json())
-    if test_file:
-        source = primary / test_file
-        target = path / test_file
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(source, target)
-    if torch_from_repo:
-        record.linked = link_build_outputs(repo, primary, path, store.state_dir)
-        store.set_kv(KV_PREFIX + str(path), record.to_json())
+    try:
+        if test_file:
+            target = path / test_file
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(primary / test_file, target)
+        if torch_from_repo:
+            record.linked = link_build_outputs(repo, primary, path, store.state_dir)
+            store.set_kv(KV_PREFIX + str(path), record.to_json())
+    except (OSError, git.GitCommandError) as exc:
+        raise InvalidInput(
+            f"the worktree {path} was created but could not be prepared: {exc}. Remove it with "
+            f'make_worktree(case_id="{case.case_id}", action="remove", ref="{ref}", force=true) and try again.'
+        ) from exc
     return CreatedWorktree(record, path, replaced)
 
 
@@ -279,26 +289,39 @@ def _remove_sync(store: Store, case: CaseRecord, path: Path, record: WorktreeRec
         # Not a registered worktree any more (deleted by hand): clear the directory the server made.
         if path.is_dir() and path.resolve().is_relative_to(worktree_root(store).resolve()):
             shutil.rmtree(path, ignore_errors=True)
-        repo.git.worktree("prune", kill_after_timeout=GIT_TIMEOUT_S)
+        try:
+            repo.git.worktree("prune", kill_after_timeout=GIT_TIMEOUT_S)
+        except git.GitCommandError as exc:
+            raise InvalidInput(f"git worktree prune failed: {(exc.stderr or str(exc)).strip()[:300]}") from exc
     _forget(store, path)
+
+
+_LOCKS: dict[str, anyio.Lock] = {}
+
+
+def _lock(path: Path) -> anyio.Lock:
+    """One create/remove at a time per worktree path, within this server."""
+    return _LOCKS.setdefault(str(path), anyio.Lock())
 
 
 async def create(store: Store, case: CaseRecord, ref: str, test_file: str | None, torch_from_repo: bool,
                  force: bool = False) -> CreatedWorktree:
     check_ref(ref)
-    return await anyio.to_thread.run_sync(_create_sync, store, case, ref, test_file, torch_from_repo, force)
+    async with _lock(worktree_path(store, case.case_id, ref)):
+        return await anyio.to_thread.run_sync(_create_sync, store, case, ref, test_file, torch_from_repo, force)
 
 
 async def remove(store: Store, case: CaseRecord, ref: str, force: bool = False) -> Path:
     check_ref(ref)
     path = worktree_path(store, case.case_id, ref)
-    record = get_record(store, path)
-    if record is None:
-        what = "exists but was not created by the server" if path.exists() else "does not exist"
-        raise InvalidInput(
-            f"{path} {what}: the server removes only worktrees it created for this case."
-        )
-    await anyio.to_thread.run_sync(_remove_sync, store, case, path, record, force)
+    async with _lock(path):
+        record = get_record(store, path)
+        if record is None:
+            what = "exists but was not created by the server" if path.exists() else "does not exist"
+            raise InvalidInput(
+                f"{path} {what}: the server removes only worktrees it created for this case."
+            )
+        await anyio.to_thread.run_sync(_remove_sync, store, case, path, record, force)
     return path
 
 

@@ -82,13 +82,15 @@ def register(mcp: MCPServer, state: AppState) -> None:
         progress = progress_reporter(ctx)
         keyword = f"{check.class_name} and {check.method}" if check.instantiated else None
         selectors = [check.test_file] if keyword else [check.node_id]
-        ran = await testing.run_pytest(state.store, case, selectors, cwd=repo, rootdir=repo, keyword=keyword,
+        cwd, notes = testing.repo_cwd(case, repo, check.test_file)
+        warnings.extend(notes)
+        ran = await testing.run_pytest(state.store, case, selectors, cwd=cwd, rootdir=repo, keyword=keyword,
                                        tool=ToolName.register_test.value, timeout_s=timeout, progress=progress,
                                        label=f"pytest {check.qualified}")
         if not keyword and not ran.report.tests and not ran.report.collection_errors:
             # Generated test names (device or parametrized variants): select by keyword instead.
             keyword = f"{check.class_name} and {check.method}"
-            ran = await testing.run_pytest(state.store, case, [check.test_file], cwd=repo, rootdir=repo,
+            ran = await testing.run_pytest(state.store, case, [check.test_file], cwd=cwd, rootdir=repo,
                                            keyword=keyword, tool=ToolName.register_test.value, timeout_s=timeout,
                                            progress=progress, label=f"pytest -k {keyword}")
         result = RegisterTestResult(

@@ -93,7 +93,9 @@ def register(mcp: MCPServer, state: AppState) -> None:
             cwd, env_add, wt_notes = worktrees.run_environment(record)
             notes.extend(wt_notes)
         elif where == "repo":
-            root, cwd, env_add = repo, repo, {}
+            root, env_add = repo, {}
+            cwd, repo_notes = testing.repo_cwd(case, repo, registered["test_file"])
+            notes.extend(repo_notes)
         else:
             raise InvalidInput(f"where must be 'repo' or 'worktree', not {where!r}.")
         explicit = [_selector(state, case, root, t) for t in (tests or [])]
