@@ -759,6 +759,20 @@ def _first_lines(message: str | None, lines: int = 3, chars: int = 400) -> str |
     return "\n".join(kept)[:chars] or None
 
 
+_INDUCTOR_GRAPH_FUNCTIONS = {"compile_fx_inner", "_compile_fx_inner", "fx_codegen_and_compile",
+                              "codegen_and_compile", "compile_to_module", "_compile_to_module", "codegen"}
+_INDUCTOR_GRAPH_FILES = ("torch/_inductor/graph.py", "torch/_inductor/scheduler.py", "torch/_inductor/lowering.py",
+                         "torch/_inductor/ir.py", "torch/_inductor/codegen/", "torch/_inductor/codecache.py")
+
+
+def _in_inductor_graph_compile(frame: Frame) -> bool:
+    """A frame inside Inductor's compile of one graph (not Dynamo's or AOTAutograd's part of the compile)."""
+    path = frame.file.replace("\\", "/")
+    if "torch/_inductor/compile_fx.py" in path:
+        return frame.function in _INDUCTOR_GRAPH_FUNCTIONS
+    return any(part in path for part in _INDUCTOR_GRAPH_FILES)
+
+
 def _is_generated(frame: Frame, debug_dir: Path) -> bool:
     path = frame.file
     return (
@@ -863,8 +877,8 @@ def locate_failure(
     location = FailureLocation(exception_type=exc_type, message=_first_lines(message), signature=signature, how="")
     frames = parse_frames(text)
     generated = [f for f in frames if _is_generated(f, debug_dir)]
-    in_compile = any("torch/_inductor/compile_fx.py" in f.file or "torch/_inductor/graph.py" in f.file
-                     for f in frames) or any(name in (exc_type or "") + (message or "") for name in _COMPILE_EXC)
+    in_inductor = any(_in_inductor_graph_compile(f) for f in frames)
+    in_compile = in_inductor or any(name in (exc_type or "") + (message or "") for name in _COMPILE_EXC)
     errors = parse_compiler_errors(text)
     if errors:
         location.compiler_error = f"{Path(errors[0].file).name}:{errors[0].line}: error: {errors[0].message}"[:300]
@@ -904,13 +918,15 @@ def locate_failure(
             location.phase = "compile"
             hows.append(f"the compiler rejected {kernel.name}" + (f" at output_code.py line {error_line}"
                                                                    if error_line else ""))
-    if graph is None and in_compile and graphs:
-        # No frame in generated code: the graph Inductor was compiling is the last one it started.
+    if graph is None and in_inductor and graphs:
+        # No frame in generated code, but the traceback is inside Inductor's compile of one graph: the
+        # graph it was compiling is the last one it started, the one left without output_code.py.
         incomplete = [g for g in graphs if g.code is None]
         graph = (incomplete or graphs)[-1]
         location.phase = "compile"
-        hows.append("the failure is in Inductor's compile and this is the last graph it started"
-                    + (" (it has no output_code.py)" if graph.code is None else ""))
+        hows.append("the traceback is in Inductor's compile of a graph and this is the last graph it started"
+                    + (" (it has no output_code.py)" if graph.code is None
+                       else " (every graph has output_code.py, so this is a guess)"))
     if graph is not None:
         location.graph = graph.name
     if kernel is not None and graph is not None:
@@ -990,12 +1006,14 @@ async def run_tlparse(store: Store, case: CaseRecord, debug_dir: Path, stamp: st
                 dynamo_graph=artifact_uri(case.case_id, f"{stamp}/{TLPARSE_DIR_NAME}/{dynamo}") if dynamo else None,
             ))
         info.compile_count = len(compiles)
-        info.compiles = compiles
+        info.compiles = compiles[:MAX_COMPILES_SHOWN]
     return info
 
 
-def tlparse_related(debug_dir: Path, case_id: str, stamp: str, compile_id: str) -> dict[str, str]:
-    """tlparse's Dynamo and AOT graphs for one compile id ("[0/0]"), as resource URIs."""
+def tlparse_related(debug_dir: Path, case_id: str, stamp: str, compile_id: str, role: str) -> dict[str, str]:
+    """tlparse's Dynamo graph and the AOT graph of this role for one compile id ("[0/0]"), as resource URIs.
+    (index.json and compile_directory.json list the others: joint, pre- and post-grad graphs.)"""
+    wanted = {"dynamo_graph", f"aot_{role}_graph"}
     directory = debug_dir / TLPARSE_DIR_NAME / "compile_directory.json"
     try:
         data = json.loads(directory.read_text(errors="replace"))
@@ -1006,8 +1024,7 @@ def tlparse_related(debug_dir: Path, case_id: str, stamp: str, compile_id: str) 
     for artifact in (entry or {}).get("artifacts", []):
         name, url = str(artifact.get("name", "")), artifact.get("url")
         kind = classify_file(Path(name))
-        if url and kind in ("dynamo_graph", "aot_joint_graph", "aot_forward_graph", "aot_backward_graph",
-                            "aot_inference_graph", "pre_grad_graph", "post_grad_graph") and kind not in related:
+        if url and kind in wanted and kind not in related:
             related[kind] = artifact_uri(case_id, f"{stamp}/{TLPARSE_DIR_NAME}/{url}")
     return related
 
@@ -1074,7 +1091,7 @@ async def collect(
     if trace_info is not None:
         for summary in summaries:
             if summary.compile_id:
-                summary.related = tlparse_related(debug_dir, case.case_id, stamp, summary.compile_id)
+                summary.related = tlparse_related(debug_dir, case.case_id, stamp, summary.compile_id, summary.role)
     failed = outcome.exit_code != 0 or outcome.timed_out or outcome.signal_name is not None
     failure = None
     if failed:
