@@ -273,3 +273,26 @@ def test_test_names_and_topical_files():
     assert topical_problem("test/test_bug_123.py")
     assert topical_problem("torch/foo.py")
     assert topical_problem("test_repros.py")  # not under test/
+
+
+async def test_generated_test_names_are_selected_by_keyword(mini: Mini, case: str):
+    """instantiate_parametrized_tests renames the methods; the test is still found and run."""
+    add_test(mini.repo, "test/test_ops.py", """
+@parametrize("n", [21, 22])
+def test_double_param(self, n):
+    self.assertEqual(double(n), 2 * n)
+""")
+    path = mini.repo / "test" / "test_ops.py"
+    text = path.read_text().replace(
+        "from torch.testing._internal.common_utils import TestCase, run_tests",
+        "from torch.testing._internal.common_utils import (\n    TestCase, instantiate_parametrized_tests, "
+        "parametrize, run_tests,\n)")
+    path.write_text(text.replace('\n\nif __name__', '\n\ninstantiate_parametrized_tests(TestOps)\n\nif __name__'))
+    result = await call(mini, "register_test", case_id=case, test_file="test/test_ops.py",
+                        test_name="TestOps.test_double_param")
+    assert not result.is_error, result.content[0].text
+    data = result.structured_content
+    assert data["ok"] is True, data
+    assert data["node_id"].startswith("test/test_ops.py::TestOps::test_double_param_n_")
+    [evidence] = [e for e in mini.store.evidence(case, "test") if e.ok]
+    assert evidence.data["keyword"] == "TestOps and test_double_param"
