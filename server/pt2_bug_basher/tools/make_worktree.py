@@ -14,9 +14,14 @@ from pt2_bug_basher.names import Step, ToolName
 from pt2_bug_basher.runs import MAX_TIMEOUT_S, check_timeout, execute
 from pt2_bug_basher.state import AppState
 from pt2_bug_basher.testing import FailureInfo
-from pt2_bug_basher.tools._base import RUNS_CODE, progress_reporter, tool_errors
+from mcp_types import ToolAnnotations
+
+from pt2_bug_basher.tools._base import progress_reporter, tool_errors
 
 TORCH_MARKER = "PT2BB-TORCH:"
+# Runs code, and action="remove" deletes a directory (only ever one the server created).
+ANNOTATIONS = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=False,
+                              open_world_hint=True)
 
 
 class WorktreeResult(BaseModel):
@@ -41,7 +46,7 @@ class WorktreeResult(BaseModel):
 
 def register(mcp: MCPServer, state: AppState) -> None:
     @mcp.tool(name=ToolName.make_worktree.value, title="Step 5: check the test on main in a worktree",
-              annotations=RUNS_CODE)
+              annotations=ANNOTATIONS)
     @tool_errors
     async def make_worktree(
         ctx: Context,
