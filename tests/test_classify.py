@@ -47,7 +47,7 @@ def assert_valid(c: Classification, text: str) -> None:
     assert all(s in CATEGORIES and s != c.category for s in c.secondary)
     assert 0.0 <= c.confidence <= 1.0
     assert len(c.evidence) <= 8
-    lines = text.splitlines()
+    lines = text.split("\n")  # line numbers count "\n"-separated lines, as grep -n does
     for e in c.evidence:
         assert len(e.text) <= 300
         assert 1 <= e.line_no <= max(1, len(lines)), e
@@ -56,7 +56,7 @@ def assert_valid(c: Classification, text: str) -> None:
 
 
 def evidence_has(c: Classification, text: str, needle: str) -> None:
-    lines = text.splitlines()
+    lines = text.split("\n")
     hits = [e for e in c.evidence if needle in e.text]
     assert hits, f"no evidence line contains {needle!r}: {[e.text for e in c.evidence]}"
     for e in hits:

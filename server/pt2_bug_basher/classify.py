@@ -54,9 +54,9 @@ MAX_EVIDENCE_CHARS = 300
 
 
 class EvidenceLine(BaseModel):
-    line_no: int
-    text: str
-    rule: str
+    line_no: int  # 1-based, counting "\n"-separated lines (as grep -n does)
+    text: str  # the line verbatim (without its line break), at most 300 characters
+    rule: str  # the rule that matched it
 
 
 class Classification(BaseModel):
@@ -102,7 +102,7 @@ RULES: tuple[Rule, ...] = (
     _r("graph_break_count", "graph_break", 2.0, ("graph_break_count", "Break reasons")),
     _r("graph_breaks_log_tag", "graph_break", 2.0, "[__graph_breaks]"),
     _r("explain_break_reason", "graph_break", 2.5, "user_stack=[<FrameSummary",
-       r"reason='.*', user_stack=\[<FrameSummary"),
+       r"reason='[^\n]{0,1000}?', user_stack=\[<FrameSummary"),
     _r("graph_break_mention", "graph_break", 1.0, ("raph break", "raph-break", "RAPH BREAK"),
        r"(?i)\bgraph[ -]breaks?\b"),
     # backend compiler
@@ -134,7 +134,7 @@ RULES: tuple[Rule, ...] = (
                                              "Tensor-likes are not equal", "Scalars are not equal")),
     _r("mismatched_elements", "accuracy", 3.0, "Mismatched elements:"),
     _r("greatest_difference", "accuracy", 1.5, "Greatest absolute difference"),
-    _r("allclose_false", "accuracy", 3.0, "allclose", r"allclose\b.*?(?:[:=]|->|\bis|\breturned)\s*False\b"),
+    _r("allclose_false", "accuracy", 3.0, "allclose", r"allclose\b.{0,200}?(?:[:=]|->|\bis|\breturned)\s*False\b"),
     _r("rmse", "accuracy", 2.5, "RMSE", r"RMSE \(res-fp64\)"),
     _r("mismatch_words", "accuracy", 1.5, ("ismatch", "ISMATCH"),
        r"(?i)(?:output|result|value|accuracy)s? mismatch|mismatch(?:es)? (?:between|vs\.?|against) "
@@ -158,7 +158,7 @@ RULES: tuple[Rule, ...] = (
        ("illegal memory access", "device-side assert", "misaligned address", "unspecified launch failure",
         "cudaErrorIllegalAddress", "cudaErrorAssert", "CUBLAS_STATUS_", "CUDNN_STATUS_", "HIP error")),
     _r("cuda_error_generic", "runtime_crash", 2.5, "CUDA error:"),
-    _r("cuda_kernel_assert", "runtime_crash", 3.0, "Assertion `", r"Assertion `.*` failed"),
+    _r("cuda_kernel_assert", "runtime_crash", 3.0, "Assertion `", r"Assertion `[^`]{0,400}` failed"),
     _r("index_out_of_bounds", "runtime_crash", 1.0, "index out of bounds"),
     # triton
     _r("triton_compiler_error", "triton", 4.0, ("triton.compiler.errors", "triton.runtime.errors")),
@@ -232,15 +232,17 @@ _EXPORT_MSG = re.compile(r"\bexport\b|Dynamic control flow is not supported")
 _TRITON_MSG = re.compile(r"\btriton\b|\btl\.\w+|\bptxas\b", re.I)
 _DATA_DEP_MSG = re.compile(r"data-dependent|GuardOnDataDependent|unbacked", re.I)
 
-_DYNAMO_BOOKKEEPING = ("resume_execution.py", "bytecode_transformation.py", "bytecode_analysis.py",
-                       "guards.py", "codegen.py", "side_effects.py", "cache_size.py", "output_graph.py",
-                       "pgo.py", "eval_frame.py", "convert_frame.py", "utils.py", "source.py")
+# Dynamo's own machinery (not tracing user code): an error raised here is an internal error.
+_DYNAMO_BOOKKEEPING = ("resume_execution.py", "bytecode_analysis.py", "guards.py", "codegen.py",
+                       "side_effects.py", "cache_size.py", "output_graph.py", "pgo.py", "source.py")
+# The path every Dynamo compile goes through: a traceback cut inside these says little by itself.
+_DYNAMO_OUTER = ("eval_frame.py", "convert_frame.py", "bytecode_transformation.py", "utils.py")
 _DYNAMO_TRACING = ("symbolic_convert.py", "variables/", "variables\\")
 
 
 def _frame_kind(f: Frame) -> str:
     """Which part of the stack a frame belongs to: generated, compile, runtime, trace, export,
-    triton, dynamo_internal, torch, user, lib."""
+    triton, dynamo_internal, dynamo_outer, shapes, torch, user, lib."""
     path = f.file.replace("\\", "/")
     func = f.function
     if "torchinductor" in path or path.startswith("<eval_with_key>") or "<eval_with_key>" in path:
@@ -278,12 +280,9 @@ def _frame_kind(f: Frame) -> str:
         if any(k in path for k in _DYNAMO_TRACING):
             return "trace"
         if path.endswith(_DYNAMO_BOOKKEEPING):
-            if path.endswith("eval_frame.py"):
-                return "torch"
-            if path.endswith("convert_frame.py") and func in ("__call__", "_convert_frame", "_convert_frame_assert",
-                                                               "_fn", "compile_wrapper", "catch_errors"):
-                return "torch"
             return "dynamo_internal"
+        if path.endswith(_DYNAMO_OUTER):
+            return "dynamo_outer"
         return "torch"
     if "/export/" in path or "/_export/" in path:
         return "export"
@@ -404,6 +403,12 @@ def _from_frames(kinds: list[str], frames: list[Frame], msg: str, *,
             return "backend_compiler_failed", w - 0.5, "frames:backend_compile", i
         if kind == "export":
             return "export", w - 0.5, "frames:export", i
+        if kind == "dynamo_outer":
+            # a generic exception raised on Dynamo's compile path is an internal error; frames
+            # alone that end here are just a traceback cut short
+            if strong:
+                return "dynamo_internal", w - 1.0, "frames:dynamo_internal", i
+            continue
         if kind in ("dynamo_internal", "trace"):
             if _EXPORT_MSG.search(msg):
                 return "export", w - 1.0, "frames:dynamo_export", i
@@ -421,7 +426,7 @@ def _phase_from_kinds(kinds: list[str]) -> str | None:
             return "runtime"
         if k in ("compile", "triton"):
             return "backend_compile"
-        if k in ("trace", "dynamo_internal", "export"):
+        if k in ("trace", "dynamo_internal", "dynamo_outer", "export"):
             return "trace"
     return None
 
@@ -435,9 +440,9 @@ def _line_at(text: str, pos: int) -> tuple[int, str]:
     end = text.find("\n", pos)
     if end < 0:
         end = len(text)
-    if end - start > 4000:  # a huge line: keep a window around the hit
-        start = max(start, pos - 1000)
-        end = min(end, pos + 1000)
+    if end - start > 2000:  # a huge line: keep a window around the hit
+        start = max(start, pos - 400)
+        end = min(end, pos + 400)
     line = text[start:end]
     if line.endswith("\r"):
         line = line[:-1]

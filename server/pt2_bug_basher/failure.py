@@ -35,6 +35,7 @@ _MAX_BLOCK_LINES = 4000  # lines read from one traceback block before giving up 
 _MAX_MESSAGE_LINES = 40
 _MAX_CHAIN = 12
 _HEADERLESS_WINDOW = 64 * 1024  # bytes read back from the end for tracebacks without a header
+_CRASH_WINDOW = 256 * 1024  # bytes read back from the end for fatal-signal reports
 
 
 class Frame(BaseModel):
@@ -346,7 +347,7 @@ def _parse_block(text: str, start: int, start_line_no: int, stop: int, *, jupyte
             break
         count += 1
         no, raw = item
-        s = strip_prefix(raw)
+        s = strip_prefix(raw if len(raw) <= 4000 else raw[:4000])
         if in_message:
             if _is_message_end(s):
                 in_message = False
@@ -536,7 +537,8 @@ def parse(text: str, exit_code: int | None = None, signal_name: str | None = Non
 
     # faulthandler / fatal errors
     fm = None
-    fpos = text.rfind("Fatal Python error: ")
+    crash_lo = max(0, len(text) - _CRASH_WINDOW)  # a process that crashes prints this last
+    fpos = text.rfind("Fatal Python error: ", crash_lo)
     if fpos >= 0:
         fm = _FATAL.match(text, fpos)
     if fm:
@@ -548,7 +550,7 @@ def parse(text: str, exit_code: int | None = None, signal_name: str | None = Non
             if what.startswith(k):
                 sig = sig or v
     else:
-        gpos = text.rfind("received signal SIG")
+        gpos = text.rfind("received signal SIG", crash_lo)
         if gpos >= 0:
             gm = _GDB_SIGNAL.search(text, gpos)
             if gm:
@@ -565,7 +567,7 @@ def parse(text: str, exit_code: int | None = None, signal_name: str | None = Non
                 sig = sig or _FATAL_TO_SIGNAL.get(sm.group("what"))
                 fatal_line = (idx.line_of(sm.start()), sm.group(0))
 
-    fh_pos = text.rfind(_FH_HEADER)
+    fh_pos = text.rfind(_FH_HEADER, crash_lo)
     if fh_pos >= 0 and (not headers or fh_pos > headers[-1]):
         ls = _line_start(text, fh_pos)
         blk, _, _ = _parse_block(text, ls, idx.line_of(ls), len(text), jupyter_type=None,

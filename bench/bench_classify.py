@@ -1,0 +1,186 @@
+"""classify(): speed on a 1 MB log and accuracy on the corpus, against a naive baseline.
+
+The 1 MB logs are built from real output: noise lines taken from the corpus (warnings, progress
+and debug-log lines that name no failure), then a real failure from tests/data/corpus/local.jsonl
+(or the failure first and the noise after it). Each log is classified N times by classify() and
+by a naive classifier measured side by side in the same run: for every rule, its literal phrases
+as one regex `re.search`ed over the whole text; the category with the largest summed weight wins
+(no traceback parsing, no tail window, no per-line patterns). Prints ms/call and ratio = ours / naive, then per-category
+precision / recall / F1 on each corpus for both.
+
+    python bench/bench_classify.py [--calls 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "server"))
+
+from pt2_bug_basher.classify import CATEGORIES, RULES, classify  # noqa: E402
+
+CORPUS = ROOT / "tests" / "data" / "corpus"
+SEVEN = {"graph_break", "backend_compiler_failed", "recompile", "accuracy", "dynamo_internal",
+         "runtime_crash", "triton"}
+TARGET = 1_000_000
+
+# Neutral lines that appear in real runs (from the corpus): they name no failure.
+NOISE_LINES = [
+    "/usr/local/lib/python3.10/dist-packages/torch/onnx/_internal/exporter.py:130: UserWarning: torch.onnx."
+    "dynamo_export only implements opset version 18 for now. If you need to use a different opset version, "
+    "please register them with register_custom_op.",
+    "  warnings.warn(",
+    "loading model: 0it [00:00, ?it/s]",
+    "DEBUG    torch.__trace:utils.py:2350 ",
+    "DEBUG    torch.__trace:structured.py:28 ",
+    "DEBUG    torch.__trace:meta_utils.py:514 ",
+    "skipping cudagraphs for unknown reason",
+    "Running 1 items in this shard",
+    "y = torch.Size([4])",
+]
+
+
+def load(name: str) -> list[dict]:
+    return [json.loads(line) for line in (CORPUS / name).read_text().splitlines() if line.strip()]
+
+
+def noise(size: int) -> str:
+    out: list[str] = []
+    n = 0
+    i = 0
+    while n < size:
+        line = NOISE_LINES[i % len(NOISE_LINES)] + "\n"
+        out.append(line)
+        n += len(line)
+        i += 1
+    return "".join(out)[:size].rsplit("\n", 1)[0] + "\n"
+
+
+# --------------------------------------------------------------------------------------------
+# Naive baseline: every rule pattern searched over the whole text
+
+
+def _naive_rules() -> list[tuple[re.Pattern[str], str, float]]:
+    """One regex per rule: the rule's literal anchors as an alternation (what a first version of
+    a classifier does: grep the whole log for known phrases)."""
+    return [(re.compile("|".join(re.escape(a) for a in r.anchors)), r.category, r.weight) for r in RULES]
+
+
+NAIVE = _naive_rules()
+
+
+def naive_classify(text: str) -> str:
+    scores = dict.fromkeys(CATEGORIES, 0.0)
+    for pat, cat, w in NAIVE:
+        if pat.search(text):
+            scores[cat] += w
+    best = max(scores, key=lambda c: scores[c])
+    return best if scores[best] > 0 else "unknown"
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def time_calls(fn, n: int) -> tuple[list[float], list[float]]:
+    """Wall-clock and CPU (thread) milliseconds of n calls, after one warm-up call. On a busy
+    machine the CPU time is the steadier number: it leaves out time spent waiting for a core."""
+    fn()
+    wall, cpu = [], []
+    for _ in range(n):
+        t0, c0 = time.perf_counter(), time.thread_time()
+        fn()
+        wall.append((time.perf_counter() - t0) * 1000)
+        cpu.append((time.thread_time() - c0) * 1000)
+    return wall, cpu
+
+
+def is_right(d: dict, category: str) -> bool:
+    accepted = {d["label"], *d.get("also", [])}
+    return category in accepted or ("other" in accepted and category not in SEVEN)
+
+
+def pred_class(category: str) -> str:
+    return category if category in SEVEN else "other"
+
+
+def table(name: str, samples: list[dict], preds_ours: list[str], preds_naive: list[str]) -> None:
+    def metrics(preds: list[str], label: str) -> tuple[float, float, float, int]:
+        labelled = [(d, p) for d, p in zip(samples, preds) if d["label"] == label]
+        predicted = [(d, p) for d, p in zip(samples, preds) if pred_class(p) == pred_class(label)]
+        rec = sum(is_right(d, p) for d, p in labelled) / len(labelled) if labelled else float("nan")
+        prec = sum(is_right(d, p) for d, p in predicted) / len(predicted) if predicted else float("nan")
+        f1 = 2 * prec * rec / (prec + rec) if predicted and labelled and (prec + rec) else 0.0
+        return prec, rec, f1, len(labelled)
+
+    acc_o = sum(is_right(d, p) for d, p in zip(samples, preds_ours)) / len(samples)
+    acc_n = sum(is_right(d, p) for d, p in zip(samples, preds_naive)) / len(samples)
+    print(f"\n{name}: {len(samples)} samples   accuracy ours {acc_o:.3f}   naive {acc_n:.3f}")
+    print(f"  {'label':<24} {'n':>3}   {'P':>5} {'R':>5} {'F1':>5}   | naive {'P':>5} {'R':>5} {'F1':>5}")
+    for label in sorted({d["label"] for d in samples}):
+        p, r, f, n = metrics(preds_ours, label)
+        pn, rn, fn_, _ = metrics(preds_naive, label)
+        print(f"  {label:<24} {n:>3}   {p:5.2f} {r:5.2f} {f:5.2f}   |       {pn:5.2f} {rn:5.2f} {fn_:5.2f}")
+    wrong = [(d["id"], d["label"], p) for d, p in zip(samples, preds_ours) if not is_right(d, p)]
+    for sid, label, p in wrong:
+        print(f"  miss: {sid} label={label} got={p}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--calls", type=int, default=30)
+    args = ap.parse_args()
+
+    public, local, local_gpu = load("public.jsonl"), load("local.jsonl"), load("local_gpu.jsonl")
+    by_id = {d["id"]: d for d in local}
+
+    loadavg = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"classify() on ~1 MB logs, {args.calls} calls each; {os.cpu_count()} cores, load average {loadavg:.2f}")
+    print("  ms per call, median: wall-clock (CPU time)")
+    print(f"  {'log':<46} {'ours':>14} {'naive':>16} {'ratio':>6}  result")
+    ratios, ours_wall, ours_cpu, naive_wall, naive_cpu = [], [], [], [], []
+    cases = []
+    for sid in ("local-gb_fullgraph_print", "local-bcf_inductor_cpp_compile_error", "local-rc_recompile_limit",
+                "local-acc_repro_level4", "local-rt_segfault_faulthandler", "local-exp_nonstrict_data_dependent",
+                "local-gb_logs_only"):
+        d = by_id[sid]
+        cases.append((f"noise + {sid.removeprefix('local-')}", noise(TARGET - len(d["text"])) + d["text"], d))
+    d = by_id["local-gb_logs_only"]
+    cases.append(("gb_logs_only + noise after it", d["text"] + noise(TARGET - len(d["text"])), d))
+    cases.append(("noise only (exit 0)", noise(TARGET), None))
+    for name, text, d in cases:
+        exit_code = d.get("exit_code") if d else 0
+        sig = d.get("signal_name") if d else None
+        ow, oc = time_calls(lambda: classify(text, exit_code, sig), args.calls)
+        nw, nc = time_calls(lambda: naive_classify(text), max(3, args.calls // 5))
+        got = classify(text, exit_code, sig).category
+        want = d["label"] if d else "unknown"
+        ratio = statistics.median(oc) / statistics.median(nc)
+        ratios.append(ratio)
+        ours_wall += ow
+        ours_cpu += oc
+        naive_wall += nw
+        naive_cpu += nc
+        print(f"  {name:<46} {statistics.median(ow):5.2f} ({statistics.median(oc):5.2f}) "
+              f"{statistics.median(nw):6.1f} ({statistics.median(nc):6.1f}) {ratio:6.3f}  "
+              f"{got}{'' if got == want else ' (WRONG, want ' + want + ')'}  naive={naive_classify(text)}")
+    print(f"  {'all logs':<46} {statistics.median(ours_wall):5.2f} ({statistics.median(ours_cpu):5.2f}) "
+          f"{statistics.median(naive_wall):6.1f} ({statistics.median(naive_cpu):6.1f})")
+    print(f"  ratio = ours / naive (CPU time, median over logs): {statistics.median(ratios):.3f}")
+
+    for name, samples in (("public", public), ("local", local), ("local_gpu", local_gpu)):
+        ours = [classify(d["text"], d.get("exit_code"), d.get("signal_name")).category for d in samples]
+        naive = [naive_classify(d["text"]) for d in samples]
+        table(name, samples, ours, naive)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
