@@ -42,7 +42,8 @@ A tool whose step's prerequisites are missing refuses and names the exact call t
 Evidence counts only if the server observed it, and verification/review only for the current code.
 waive_step(case_id, step, reason) skips a gate on the record. get_workflow(case_id) shows where a
 case stands and the single next step; every result ends with next_step. Full logs and artifacts
-are resources (case://{case_id}/runs/{run_id}/stdout|stderr); the method is skill://pt2-bug-basher/SKILL.md.
+are resources (case://{case_id}/runs/{run_id}/stdout|stderr, case://{case_id}/artifacts/<path>);
+the method is skill://pt2-bug-basher/SKILL.md.
 """
 
 
@@ -73,6 +74,16 @@ def _register_resources(mcp: MCPServer, state: AppState) -> None:
         except BugBasherError as exc:
             raise ResourceError(str(exc)) from exc
 
+    @mcp.resource("case://{case_id}/report", name="case-report", mime_type="text/markdown",
+                  description="A case for a person: steps as a timeline, runs, classification, tests, waivers, summary")
+    def case_report(case_id: str) -> str:
+        return _report(state, case_id, "markdown")
+
+    @mcp.resource("case://{case_id}/report.html", name="case-report-html", mime_type="text/html",
+                  description="The case report as a self-contained HTML page (inline CSS and SVG, no scripts)")
+    def case_report_html(case_id: str) -> str:
+        return _report(state, case_id, "html")
+
     @mcp.resource("case://{case_id}/runs/{run_id}/{stream}{?page}", name="run-log", mime_type="text/plain",
                   description="A run's full stdout or stderr, in pages of 64 KiB (?page=N, from 1)")
     def run_log(case_id: str, run_id: str, stream: str, page: int = 1) -> str:
@@ -99,6 +110,18 @@ def _register_resources(mcp: MCPServer, state: AppState) -> None:
         except NotFound as exc:
             raise ResourceNotFoundError(str(exc)) from exc
         return json.dumps(run.__dict__, indent=2, default=str)
+
+
+def _report(state: AppState, case_id: str, form: str) -> str:
+    from pt2_bug_basher.report import build_report, render_html, render_markdown
+
+    try:
+        report = build_report(state.store, case_id)
+    except NotFound as exc:
+        raise ResourceNotFoundError(str(exc)) from exc
+    except BugBasherError as exc:
+        raise ResourceError(str(exc)) from exc
+    return render_html(report) if form == "html" else render_markdown(report)
 
 
 def _register_prompts(mcp: MCPServer) -> None:

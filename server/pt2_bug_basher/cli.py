@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -48,6 +49,11 @@ def build_parser() -> argparse.ArgumentParser:
     triage.add_argument("--json", action="store_true", help="print the report as JSON")
     _server_options(triage)
 
+    report = sub.add_parser("report", help="show a case: steps, runs, classification, tests, waivers (Markdown)")
+    report.add_argument("case_id", help="the case id (check_env and triage print it)")
+    report.add_argument("--html", metavar="PATH", help="write a self-contained HTML report to PATH ('-': stdout)")
+    _server_options(report)
+
     skill = sub.add_parser("install-skill", help="copy the skill into Claude Code's skills directory")
     skill.add_argument("--dest", help=f"destination directory (default: {DEFAULT_SKILL_DEST})")
     return parser
@@ -64,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         return _check_env(args)
     if args.command == "triage":
         return _triage(args)
+    if args.command == "report":
+        return _report(args)
     if args.command == "install-skill":
         return _install_skill(args)
     parser.error(f"unknown command {args.command}")
@@ -127,23 +135,96 @@ def _triage(args: argparse.Namespace) -> int:
 
     config = _config(args)
     script = Path(args.script).resolve()
-    interactive = sys.stderr.isatty() and not args.json
+    line = ProgressLine(sys.stderr) if sys.stderr.isatty() and not args.json else None
 
     def say(message: str) -> None:
-        if interactive:
-            print(f"... {message}", file=sys.stderr, flush=True)
+        if line is not None:
+            line.say(message)
 
     try:
         report = anyio.run(lambda: triage(
             Store(config.state_dir), config.default_repo, script, args.conda_env, args.python, args.timeout, say,
         ))
     except BugBasherError as exc:
+        if line is not None:
+            line.close(ok=False)
         print(f"pt2-bug-basher: {exc}", file=sys.stderr)
         return 2
+    finally:
+        if line is not None:
+            line.close()
     print(report.model_dump_json(indent=2) if args.json else format_report(report))
     if not report.env.ok:
         return 1
     return 0
+
+
+class ProgressLine:
+    """A live status line on a terminal: a spinner, the current phase, each run's elapsed time.
+
+    A phase message replaces the line (the finished phase stays above it, ticked); a run's
+    "LABEL: running for Ns" updates that run's part of the line. Only used on a TTY.
+    """
+
+    FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+    _RUN_TICK = re.compile(r"^(?P<label>.+): running for (?P<secs>\d+)s$")
+
+    def __init__(self, stream, interval_s: float = 0.1) -> None:
+        import threading
+        import time
+
+        self._time = time.monotonic
+        self.stream = stream
+        self.phase = ""
+        self.phase_started = self._time()
+        self.runs: dict[str, int] = {}
+        self.frame = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._spin, args=(interval_s,), daemon=True)
+        self._thread.start()
+
+    def say(self, message: str) -> None:
+        with self._lock:
+            tick = self._RUN_TICK.match(message)
+            if tick is not None:
+                self.runs[tick["label"]] = int(tick["secs"])
+            else:
+                self._finish_phase("✓")
+                self.phase, self.phase_started, self.runs = message, self._time(), {}
+            self._draw()
+
+    def close(self, ok: bool = True) -> None:
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        self._thread.join(timeout=1)
+        with self._lock:
+            self._finish_phase("✓" if ok else "✗")
+            self.stream.flush()
+
+    def _finish_phase(self, mark: str) -> None:
+        if self.phase:
+            elapsed = self._time() - self.phase_started
+            self.stream.write(f"\r\x1b[2K{mark} {self.phase} ({elapsed:.1f}s)\n")
+            self.phase = ""
+
+    def _draw(self) -> None:
+        if not self.phase:
+            return
+        import shutil
+
+        width = max(20, shutil.get_terminal_size((100, 24)).columns - 1)
+        runs = "".join(f" · {label} {secs}s" for label, secs in self.runs.items())
+        text = f"{self.FRAMES[self.frame % len(self.FRAMES)]} {self.phase}{runs} [{self._time() - self.phase_started:.0f}s]"
+        self.stream.write("\r\x1b[2K" + text[:width])
+        self.stream.flush()
+
+    def _spin(self, interval_s: float) -> None:
+        while not self._stop.wait(interval_s):
+            with self._lock:
+                self.frame += 1
+                self._draw()
 
 
 def format_env_report(result) -> str:
@@ -172,6 +253,32 @@ def format_env_report(result) -> str:
         lines.append(f"Case        : {result.case_id}")
     lines.append(f"Next        : {result.next_step}")
     return "\n".join(lines)
+
+
+def _report(args: argparse.Namespace) -> int:
+    from pt2_bug_basher.errors import BugBasherError
+    from pt2_bug_basher.report import build_report, render_html, render_markdown
+    from pt2_bug_basher.store import Store
+
+    config = _config(args)
+    if not (config.state_dir / "cases.sqlite3").is_file():
+        print(f"pt2-bug-basher: no case store in {config.state_dir}; pass --state-dir (or --repo) of the case.",
+              file=sys.stderr)
+        return 2
+    try:
+        case_report = build_report(Store(config.state_dir), args.case_id)
+    except BugBasherError as exc:
+        print(f"pt2-bug-basher: {exc}", file=sys.stderr)
+        return 2
+    if args.html is None:
+        print(render_markdown(case_report))
+    elif args.html == "-":
+        print(render_html(case_report))
+    else:
+        target = Path(args.html).expanduser()
+        target.write_text(render_html(case_report), encoding="utf-8")
+        print(f"wrote the report of {args.case_id} to {target}")
+    return 0
 
 
 def _install_skill(args: argparse.Namespace) -> int:
