@@ -236,7 +236,8 @@ def test_report_survives_malformed_evidence(workspace):
     case = store.create_case(str(workspace / "gone"), "/no/python", {"torch": ["not", "a", "dict"]})
     cid = case.case_id
     store.add_evidence(cid, "environment", True, "torch imports", {})
-    run = store.start_run(cid, "run_with_logs", "not a list", "/x", {"K": HOSTILE}, "/no/out", "/no/err", 1)  # type: ignore[arg-type]
+    run = store.start_run(cid, "run_with_logs", "not a list",  # type: ignore[arg-type]
+                          "/x", {"K": HOSTILE}, "/no/out", "/no/err", 1)
     store.finish_run(run, "finished", None, "SIGSEGV", {"failed": True, "signature": HOSTILE, "nested": {"a": 1}})
     hung = store.start_run(cid, "run_with_logs", ["python", "x.py"], "/x", {}, "/no/out", "/no/err", 1)
     store.finish_run(hung, "timeout", None, "SIGKILL")

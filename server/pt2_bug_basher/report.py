@@ -309,7 +309,8 @@ def _run_view(run: RunRecord, t0: float) -> RunView:
         if isinstance(value, (dict, list)) or value is None:
             continue
         shown.append(f"{key}={_str(value, 160)}")
-    env = {str(k): _str(v, 300) for k, v in _dict(run.env).items() if k not in ("PYTHONUNBUFFERED", "PYTHONFAULTHANDLER")}
+    env = {str(k): _str(v, 300) for k, v in _dict(run.env).items()
+           if k not in ("PYTHONUNBUFFERED", "PYTHONFAULTHANDLER")}
     return RunView(
         run_id=run.run_id, tool=run.tool, command=_command(run.argv), cwd=_str(run.cwd), env=env, status=status,
         kind=kind, outcome=outcome, duration=_span(duration_s) if duration_s is not None else "",
@@ -342,7 +343,8 @@ def _safe_tree_hash(repo: str, notes: list[str]) -> Callable[[], str]:
 
             return tree_hash(Path(repo))
         except Exception as exc:  # noqa: BLE001 - a missing repository must not stop the report
-            notes.append(f"the repository {repo} could not be read ({exc}); steps tied to the current code show as stale")
+            notes.append(f"the repository {repo} could not be read ({exc}); steps tied to the current code "
+                         "show as stale")
             return "unreadable"
 
     return compute
@@ -430,7 +432,8 @@ def _classification(store: Store, by_step: dict[str, list[EvidenceRecord]], runs
     stored = _list(data.get("evidence"))
     for item in stored[:12]:
         if isinstance(item, dict):
-            lines.append(EvidenceLineView(_int(item.get("line_no")), _str(item.get("text"), 500), _str(item.get("rule"), 80)))
+            lines.append(EvidenceLineView(_int(item.get("line_no")), _str(item.get("text"), 500),
+                                          _str(item.get("rule"), 80)))
         else:
             lines.append(EvidenceLineView(None, _str(item, 500), ""))
     if not lines and run_id:
@@ -611,7 +614,8 @@ def _artifacts(by_step: dict[str, list[EvidenceRecord]]) -> list[dict[str, str]]
         d = _dict(record.data)
         out.append({"summary": _str(record.summary), "ok": "yes" if record.ok else "", "when": _when(record.created_at),
                     "index": _str(d.get("index"), 500), "run_id": _str(record.run_id or d.get("run_id"), 80),
-                    "failure_graph": _str(d.get("failure_graph"), 200), "failure_kernel": _str(d.get("failure_kernel"), 200)})
+                    "failure_graph": _str(d.get("failure_graph"), 200),
+                    "failure_kernel": _str(d.get("failure_kernel"), 200)})
     return out
 
 
