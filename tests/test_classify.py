@@ -347,3 +347,12 @@ def test_huge_single_line_and_nul_bytes() -> None:
     assert_valid(c, text)
     c = classify("\x00\x00\n\x00", 1)
     assert_valid(c, "\x00\x00\n\x00")
+
+
+def test_killed_from_outside_is_weak_evidence() -> None:
+    d = BY_ID["local-gb_fullgraph_print"]
+    c = classify(d["text"], signal_name="SIGKILL")  # e.g. a timeout kill after the error
+    assert c.category == "graph_break"
+    assert c.failure is not None and c.failure.exception_type == "torch._dynamo.exc.Unsupported"
+    assert c.failure.signal_name == "SIGKILL"
+    assert classify("step 1\nstep 2\n", signal_name="SIGKILL").category == "runtime_crash"

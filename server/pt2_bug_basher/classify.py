@@ -29,6 +29,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from .failure import (
+    EXTERNAL_SIGNALS,
     FailureRecord,
     Frame,
     LineIndex,
@@ -305,7 +306,7 @@ class _Hit:
     weight: float
 
 
-def _structural(p: ParsedFailure, hits: list[_Hit], exit_code: int | None, signal_name: str | None) -> dict:
+def _structural(p: ParsedFailure, hits: list[_Hit]) -> dict:
     """Evidence from the final exception, its chain and frames. Returns facts used later."""
     facts: dict = {"final_category": None, "wrapped_triton": False, "frame_phase": None}
     fe = p.final_exc
@@ -322,8 +323,11 @@ def _structural(p: ParsedFailure, hits: list[_Hit], exit_code: int | None, signa
 
     if p.signal_name:
         ln, txt = p.fatal_line if p.fatal_line else (-1, "")
-        add("runtime_crash", 6.0, f"signal:{p.signal_name}", ln, txt)
-        facts["final_category"] = "runtime_crash"
+        if p.signal_name in EXTERNAL_SIGNALS:  # killed from outside: weak evidence of a crash
+            add("runtime_crash", 2.0, f"signal:{p.signal_name}", ln, txt)
+        else:
+            add("runtime_crash", 6.0, f"signal:{p.signal_name}", ln, txt)
+            facts["final_category"] = "runtime_crash"
 
     if fe is not None:
         types = [fe.type or ""] + p.wrapped_types
@@ -348,7 +352,7 @@ def _structural(p: ParsedFailure, hits: list[_Hit], exit_code: int | None, signa
             facts["wrapped_triton"] = True
             if cat == "backend_compiler_failed":
                 add("backend_compiler_failed", 3.0, rule, fe.line_no, fe.line)
-            cat, weight, rule = "triton", 6.0, "exception:triton_wrapped" if rule != "exception:CompilationError" else rule
+            cat, weight, rule = "triton", 6.0, "exception:triton"
         if cat == "graph_break" and _RECOMPILE_MSG.search(msg):
             cat, weight, rule = "recompile", 6.0, "exception:recompile_limit"
         if cat is None and final_short in ("AssertionError", "Exception") and _NOT_CLOSE_MSG.search(msg):
@@ -530,7 +534,7 @@ def _compile_mode(text: str, p: ParsedFailure) -> str | None:
     return None
 
 
-def _export_mode_evidence(text: str, p: ParsedFailure, mode: str, hits: list[_Hit]) -> None:
+def _export_mode_evidence(p: ParsedFailure, mode: str, hits: list[_Hit]) -> None:
     """The frame line that shows the failure happened inside torch.export."""
     wanted = _STRICT_FUNCS if mode == "strict_export" else _NON_STRICT_FUNCS
     for b in reversed(p.blocks):
@@ -553,14 +557,23 @@ _DEFAULT_PHASE = {
 
 
 def classify(text: str, exit_code: int | None = None, signal_name: str | None = None) -> Classification:
-    """Classify error output (stdout and stderr of a failed run, or an excerpt of it)."""
-    if not isinstance(text, str):
+    """Classify error output (stdout and stderr of a failed run, or an excerpt of it).
+
+    `exit_code` and `signal_name` are how the process ended, when known (-11 as subprocess
+    reports a signal, or 139 as a shell does, name SIGSEGV). Never raises on any text.
+    """
+    if isinstance(text, (bytes, bytearray)):
+        text = bytes(text).decode("utf-8", errors="replace")
+    elif not isinstance(text, str):
         text = str(text)
     index = LineIndex(text)
     parsed = parse(text, exit_code, signal_name, index)
     hits: list[_Hit] = []
-    facts = _structural(parsed, hits, exit_code, signal_name)
+    facts = _structural(parsed, hits)
     _scan_lines(text, hits)
+    mode = _compile_mode(text, parsed)
+    if mode in ("strict_export", "non_strict_export"):
+        _export_mode_evidence(parsed, mode, hits)
     record = record_from_parsed(parsed, exit_code, last_line(text))
 
     # scores: a rule counts fully once, then with diminishing returns
@@ -571,9 +584,6 @@ def classify(text: str, exit_code: int | None = None, signal_name: str | None = 
         per_rule[h.rule] = k + 1
         scores[h.category] += h.weight * (1.0 if k == 0 else 0.25 if k < 4 else 0.0)
 
-    mode = _compile_mode(text, parsed)
-    if mode in ("strict_export", "non_strict_export"):
-        _export_mode_evidence(text, parsed, mode, hits)
     ranked = sorted((c for c in CATEGORIES if scores[c] > 0), key=lambda c: -scores[c])
     forced_secondary: list[str] = []
     if not ranked:
@@ -605,9 +615,8 @@ def classify(text: str, exit_code: int | None = None, signal_name: str | None = 
     if ranked:
         others = sorted((scores[c] for c in CATEGORIES if c != category), reverse=True)
         runner = others[0] if others else 0.0
+        # grows with the evidence for the winner, shrinks with the evidence for the runner-up
         confidence = (1.0 - math.exp(-top / 3.0)) * (top / (top + runner)) if top > 0 else 0.3
-        if category in secondary:
-            confidence *= 0.9
     else:
         confidence = 0.3
     confidence = round(max(0.05, min(0.99, confidence)), 3)
@@ -630,16 +639,18 @@ def _select_evidence(text: str, index: LineIndex, hits: list[_Hit], category: st
     order = {category: 0}
     for i, c in enumerate(secondary):
         order[c] = i + 1
-    usable = [h for h in hits if h.category in order and (h.text or h.pos >= 0)]
-    usable.sort(key=lambda h: (order[h.category], -h.weight, -(h.pos if h.pos >= 0 else h.line_no)))
+    usable = [h for h in hits if h.category in order and (h.line_no >= 0 or h.pos >= 0)]
+    for h in sorted(usable, key=lambda h: h.pos):
+        if h.line_no < 0:
+            h.line_no = index.line_of(h.pos)
+    # the winner's evidence first, strongest first, later lines first among equals
+    usable.sort(key=lambda h: (order[h.category], -h.weight, -h.line_no))
     chosen: list[_Hit] = []
     lines_seen: set[int] = set()
     per_cat: dict[str, int] = {}
     per_rule: dict[str, int] = {}
     for h in usable:
-        if h.line_no < 0 and h.pos >= 0:
-            h.line_no = index.line_of(h.pos)
-        if h.line_no < 0 or h.line_no in lines_seen or not strip_prefix(h.text).strip(" ^~\t"):
+        if h.line_no in lines_seen or not strip_prefix(h.text).strip(" ^~\t"):
             continue
         limit = MAX_EVIDENCE if h.category == category else 2
         if per_cat.get(h.category, 0) >= limit or per_rule.get(h.rule, 0) >= 2:

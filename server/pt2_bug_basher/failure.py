@@ -100,6 +100,8 @@ _MESSAGE_END = (
 )
 _SIGNALS = {4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE", 9: "SIGKILL", 11: "SIGSEGV",
             15: "SIGTERM"}
+# signals a process usually gets from outside (a timeout, the OOM killer, Ctrl-C), not from a bug
+EXTERNAL_SIGNALS = frozenset({"SIGKILL", "SIGTERM", "SIGINT", "SIGHUP"})
 _FATAL_TO_SIGNAL = {
     "Segmentation fault": "SIGSEGV",
     "Aborted": "SIGABRT",
@@ -199,7 +201,6 @@ class _Block:
     frame_lines: list[tuple[int, str]] = field(default_factory=list)  # (0-based line, verbatim line)
     exc: _Exc | None = None
     user_code_frames: list[Frame] = field(default_factory=list)
-    chained_next: bool = False  # a chain separator follows this block's exception
 
 
 @dataclass
@@ -208,10 +209,6 @@ class ParsedFailure:
     signal_name: str | None
     fatal_line: tuple[int, str] | None  # (0-based line index, verbatim line) of a fatal/signal line
     wrapped_types: list[str]  # exception types named at the start of wrapper messages
-
-    @property
-    def final(self) -> _Block | None:
-        return self.blocks[-1] if self.blocks else None
 
     @property
     def final_exc(self) -> _Exc | None:
@@ -351,13 +348,8 @@ def _parse_block(text: str, start: int, start_line_no: int, stop: int, *, jupyte
         if in_message:
             if _is_message_end(s):
                 in_message = False
-                if s.startswith("from user code:"):
-                    nxt = _read_user_code(lines, block)
-                    if nxt is None:
-                        break
-                    s = strip_prefix(nxt[1])
-                if s.startswith((_CHAIN_CAUSE, _CHAIN_CONTEXT)):
-                    block.chained_next = True
+                if s.startswith("from user code:") and _read_user_code(lines, block) is None:
+                    break
                 continue
             if not s.strip():
                 blank_run += 1
@@ -378,13 +370,9 @@ def _parse_block(text: str, start: int, start_line_no: int, stop: int, *, jupyte
             blank_run = 0
             continue
         if exc is not None:
-            # after the message: chain separators, user-code sections, or a new excerpt
-            if s.startswith((_CHAIN_CAUSE, _CHAIN_CONTEXT)):
-                block.chained_next = True
-            elif s.startswith("from user code:"):
-                nxt = _read_user_code(lines, block)
-                if nxt is not None and strip_prefix(nxt[1]).startswith((_CHAIN_CAUSE, _CHAIN_CONTEXT)):
-                    block.chained_next = True
+            # after the message: a user-code section, or (without header) a new excerpt
+            if s.startswith("from user code:"):
+                _read_user_code(lines, block)
             elif not first_line_is_header and _match_frame(s):
                 lines.pos, lines.line_no = line_pos, line_no0
                 break
@@ -515,7 +503,10 @@ def _headerless_blocks(text: str, end: int, idx: LineIndex) -> list[_Block]:
     return blocks[-_MAX_CHAIN:]
 
 
-def _signal_from(text_tail: str, exit_code: int | None, signal_name: str | None) -> str | None:
+def _signal_from(exit_code: int | None, signal_name: str | None) -> str | None:
+    """The signal that ended the process: given, or read from a subprocess-style negative exit
+    code (-11) or a shell-style one (139); 137 and 143 (SIGKILL, SIGTERM) are left alone, as a
+    shell also uses them for its own kills."""
     if signal_name:
         return signal_name
     if exit_code is not None:
@@ -533,7 +524,7 @@ def parse(text: str, exit_code: int | None = None, signal_name: str | None = Non
     blocks: list[_Block] = []
     headers = _find_chain_headers(text)
     fatal_line: tuple[int, str] | None = None
-    sig = _signal_from("", exit_code, signal_name)
+    sig = _signal_from(exit_code, signal_name)
 
     # faulthandler / fatal errors
     fm = None
@@ -567,7 +558,10 @@ def parse(text: str, exit_code: int | None = None, signal_name: str | None = Non
                 sig = sig or _FATAL_TO_SIGNAL.get(sm.group("what"))
                 fatal_line = (idx.line_of(sm.start()), sm.group(0))
 
-    fh_pos = text.rfind(_FH_HEADER, crash_lo)
+    # faulthandler dumps every thread; the crashing one is the "Current thread"
+    fh_pos = text.rfind("Current thread ", crash_lo)
+    if fh_pos < 0 or text.find(_FH_HEADER, fh_pos, fh_pos + 200) < 0:
+        fh_pos = text.rfind(_FH_HEADER, crash_lo)
     if fh_pos >= 0 and (not headers or fh_pos > headers[-1]):
         ls = _line_start(text, fh_pos)
         blk, _, _ = _parse_block(text, ls, idx.line_of(ls), len(text), jupyter_type=None,
@@ -726,7 +720,7 @@ def record_from_parsed(p: ParsedFailure, exit_code: int | None = None,
     user = _pick_user_frame(p)
     torch_f = _pick_torch_frame(p)
     fe = p.final_exc
-    if p.signal_name:
+    if p.signal_name and (fe is None or p.signal_name not in EXTERNAL_SIGNALS):
         message = None
         if p.fatal_line:
             message = p.fatal_line[1].strip()[:MESSAGE_LIMIT]
@@ -761,7 +755,7 @@ def record_from_parsed(p: ParsedFailure, exit_code: int | None = None,
     return FailureRecord(
         exception_type=fe.type, message=message or None, user_frame=user, torch_frame=torch_f,
         signature=make_signature(fe.type, message, user, torch_f, diagnostics=fe.diagnostics),
-        chained=chained, signal_name=None)
+        chained=chained, signal_name=p.signal_name)
 
 
 def parse_failure(text: str, exit_code: int | None = None,
