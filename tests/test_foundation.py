@@ -210,6 +210,12 @@ def test_cli_check_env_prints_the_report(workspace):
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     assert report["ok"] and report["case_id"]
+    listed = subprocess.run(
+        [sys.executable, "-m", "pt2_bug_basher", "cases", "--state-dir", str(workspace / "state")],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert listed.returncode == 0 and report["case_id"] in listed.stdout
+    assert "1/13 steps" in listed.stdout and "run_with_logs" in listed.stdout
 
 
 def test_install_skill_copies_the_skill(tmp_path):

@@ -54,6 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--html", metavar="PATH", help="write a self-contained HTML report to PATH ('-': stdout)")
     _server_options(report)
 
+    cases = sub.add_parser("cases", help="list the cases in a store with their next step")
+    _server_options(cases)
+
     skill = sub.add_parser("install-skill", help="copy the skill into Claude Code's skills directory")
     skill.add_argument("--dest", help=f"destination directory (default: {DEFAULT_SKILL_DEST})")
     return parser
@@ -72,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
         return _triage(args)
     if args.command == "report":
         return _report(args)
+    if args.command == "cases":
+        return _cases(args)
     if args.command == "install-skill":
         return _install_skill(args)
     parser.error(f"unknown command {args.command}")
@@ -278,6 +283,29 @@ def _report(args: argparse.Namespace) -> int:
         target = Path(args.html).expanduser()
         target.write_text(render_html(case_report), encoding="utf-8")
         print(f"wrote the report of {args.case_id} to {target}")
+    return 0
+
+
+def _cases(args: argparse.Namespace) -> int:
+    import time
+
+    from pt2_bug_basher.state import AppState
+    from pt2_bug_basher.store import Store
+
+    config = _config(args)
+    if not (config.state_dir / "cases.sqlite3").is_file():
+        print(f"no case store in {config.state_dir}; pass --state-dir (or --repo).", file=sys.stderr)
+        return 2
+    state = AppState(config=config, store=Store(config.state_dir))
+    for case in state.store.list_cases():
+        created = time.strftime("%Y-%m-%d %H:%M", time.localtime(case.created_at))
+        try:
+            status = state.workflow(case.case_id).status()
+            done = sum(s.status in ("done", "waived") for s in status.steps)
+            line = f"{done}/13 steps; next: {status.next_step}"
+        except Exception as exc:  # a case whose repository is gone still gets listed
+            line = f"status unavailable: {exc}"
+        print(f"{case.case_id}  {created}  {case.repo}\n    {line[:300]}")
     return 0
 
 

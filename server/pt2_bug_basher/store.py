@@ -220,7 +220,7 @@ class Store:
         if row is None:
             raise NotFound(
                 f"unknown case_id {case_id!r}. Call check_env() to start a case, or get_workflow() "
-                "with no case_id to read the method; list_cases is shown by `pt2-bug-basher cases`."
+                "with no case_id to read the method; `pt2-bug-basher cases` lists the cases in a store."
             )
         return CaseRecord(row["case_id"], row["created_at"], row["repo"], row["python"], json.loads(row["env_json"]))
 

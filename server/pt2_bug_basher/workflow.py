@@ -162,8 +162,15 @@ class Workflow:
         ref = record.data.get("ref", "main")
         return STOPPED_MAIN.format(ref=ref, case_id=self.case.case_id)
 
+    def repro_script(self) -> str | None:
+        good = self.latest_ok(Step.reproduce)
+        return good.data.get("script") if good is not None else None
+
     def step_status(self, spec: StepSpec) -> StepStatus:
         call = spec.opens_with.format(case_id=self.case.case_id)
+        script = self.repro_script()
+        if script:
+            call = call.replace("<repro.py>", script)
         status = StepStatus(number=spec.number, step=spec.step, title=spec.title, status="pending", tool_call=call)
         if not spec.observed:
             status.status = "agent"

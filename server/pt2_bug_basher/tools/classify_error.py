@@ -77,7 +77,10 @@ def register(mcp: MCPServer, state: AppState) -> None:
                 case_id, Step.classify.value, result.category != "unknown",
                 f"{result.category} (confidence {result.confidence:.2f})"
                 + (f", also {', '.join(result.secondary)}" if result.secondary else ""),
-                data={"category": result.category, "secondary": list(result.secondary)}, run_id=run_id,
+                data={"category": result.category, "secondary": list(result.secondary),
+                      "evidence": [{"line_no": e.line_no, "text": e.text, "rule": e.rule} for e in result.evidence],
+                      "compile_mode": result.compile_mode, "phase": result.phase},
+                run_id=run_id,
             )
             recorded = True
         failure = result.failure
