@@ -195,3 +195,21 @@ async def test_trace_runs_tlparse_and_reads_its_compile_index(module_config, cas
     assert trace["failed_compiles"] >= 1
     assert any(c["status"] == "failed" and c["compile_id"] == "[0/0]" for c in trace["compiles"])
     assert result.structured_content["env_added"]["TORCH_TRACE"]
+
+
+async def test_runtime_crash_preset_applies_its_environment_and_inductor_config(module_config, case_id, example):
+    async with Client(create_server(module_config)) as client:
+        result = await client.call_tool("run_with_logs", {"case_id": case_id, "repeat": 1, "logs": "runtime_crash",
+                                                          "env": {"TORCHINDUCTOR_NAN_ASSERTS": "0"},
+                                                          "script": example("segfault.py")})
+    data = result.structured_content
+    assert data["env_added"]["CUDA_LAUNCH_BLOCKING"] == "1"
+    assert data["env_added"]["PYTORCH_NO_CUDA_MEMORY_CACHING"] == "1"
+    assert data["env_added"]["TORCHINDUCTOR_NAN_ASSERTS"] == "0"  # the caller's value wins
+    assert data["inductor_config"] == {"triton.debug_sync_kernel": True}
+    assert "with_config.py" in data["command"][1]
+    # The script still ran as itself: same crash, same signature as a plain run.
+    assert data["runs"][0]["signal"] == "SIGSEGV" and data["failure"]["category"] == "runtime_crash"
+    async with Client(create_server(module_config)) as client:
+        stderr = (await client.read_resource(data["runs"][0]["stderr"])).contents[0].text
+    assert "PT2BB-CONFIG: torch._inductor.config.triton.debug_sync_kernel = True" in stderr

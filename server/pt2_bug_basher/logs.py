@@ -64,6 +64,22 @@ PRESETS: dict[str, str] = {
     "graphs": "graph_code",
 }
 
+# What a category's preset sets besides TORCH_LOGS: environment variables, and Inductor config
+# values applied by a launcher before the script runs (a caller's own env wins over these).
+PRESET_ENV: dict[str, dict[str, str]] = {
+    # make asynchronous CUDA errors surface at the kernel that caused them, with exact allocations
+    "runtime_crash": {
+        "CUDA_LAUNCH_BLOCKING": "1",
+        "PYTORCH_NO_CUDA_MEMORY_CACHING": "1",
+        "TORCHINDUCTOR_NAN_ASSERTS": "1",
+    },
+    "accuracy": {"TORCHINDUCTOR_NAN_ASSERTS": "1"},
+    "triton": {"TORCHINDUCTOR_COMPILE_THREADS": "1"},
+}
+PRESET_INDUCTOR_CONFIG: dict[str, dict[str, object]] = {
+    "runtime_crash": {"triton.debug_sync_kernel": True},
+}
+
 MAX_SPEC_CHARS = 2000
 MAX_SPEC_ENTRIES = 64
 

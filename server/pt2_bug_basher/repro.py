@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from pt2_bug_basher.runs import RunResult, execute, python_argv
 from pt2_bug_basher.store import CaseRecord, Store
 from pt2_bug_basher.tracing import TraceSummary, run_tlparse
 
+WITH_CONFIG = Path(__file__).parent / "_probes" / "with_config.py"
 MAX_REPEAT = 8
 MAX_ARGS = 200
 TAIL_LINES = 15
@@ -80,6 +82,8 @@ class RunWithLogsResult(BaseModel):
     frames_compiled: int | None = None
     tail: list[str] = Field(default_factory=list, description="the last lines of stderr that matter")
     trace: TraceSummary | None = None
+    inductor_config: dict[str, object] = Field(default_factory=dict,
+                                               description="Inductor config set before the script ran")
     recorded: list[str] = Field(default_factory=list, description="workflow evidence this call recorded")
     notes: list[str] = Field(default_factory=list)
     next_step: str
@@ -211,8 +215,12 @@ async def run_repro(
     progress,
     main_check_done: bool,
     tool: str = "run_with_logs",
+    inductor_config: dict[str, object] | None = None,
 ) -> RunWithLogsResult:
     argv = python_argv(case, script, args)
+    if inductor_config:
+        sets = [item for key, value in inductor_config.items() for item in ("--set", f"{key}={json.dumps(value)}")]
+        argv = [case.python, str(WITH_CONFIG), *sets, "--", str(script), *args]
     extra = dict(env_add)
     if logs_spec:
         extra["TORCH_LOGS"] = logs_spec
@@ -250,7 +258,7 @@ async def run_repro(
     result = RunWithLogsResult(
         case_id=case.case_id, script=str(script), command=argv, env_added={**parsed[0].result.env_add},
         runs=[p.outcome_model(case.case_id) for p in parsed], reproduced=same, same_signature=len(signatures) == 1,
-        next_step="",
+        inductor_config=dict(inductor_config or {}), next_step="",
     )
     failing = next((p for p in parsed if p.failed), None)
     if failing is not None:

@@ -28,7 +28,9 @@ def register(mcp: MCPServer, state: AppState) -> None:
         logs: Annotated[str | None, Field(
             description="a TORCH_LOGS spec (e.g. '+dynamo,graph_breaks') or a preset named after a category: "
                         "graph_break, recompile, dynamo_internal, backend_compiler_failed, triton, accuracy, "
-                        "runtime_crash, export", max_length=2000)] = None,
+                        "runtime_crash, export. runtime_crash also sets CUDA_LAUNCH_BLOCKING=1, "
+                        "PYTORCH_NO_CUDA_MEMORY_CACHING=1, TORCHINDUCTOR_NAN_ASSERTS=1 and Inductor's "
+                        "triton.debug_sync_kernel", max_length=2000)] = None,
         repeat: Annotated[int, Field(description=f"runs of the same command (1-{MAX_REPEAT}), in parallel where "
                                                  "cores allow; 2 or more completes the reproduction step")] = 2,
         trace: Annotated[bool, Field(description="also set TORCH_TRACE and run tlparse on the first run")] = False,
@@ -51,15 +53,21 @@ def register(mcp: MCPServer, state: AppState) -> None:
         if work_dir is not None and not work_dir.is_dir():
             raise InvalidInput(f"cwd {work_dir} is not a directory.")
         spec = None
+        env_add = check_env_additions(env)
+        inductor_config: dict[str, object] = {}
         if logs:
-            from pt2_bug_basher.logs import resolve_logs
+            from pt2_bug_basher.logs import PRESET_ENV, PRESET_INDUCTOR_CONFIG, resolve_logs
 
             torch_info = case.env.get("torch") or {}
             spec = resolve_logs(logs, torch_info.get("log_components", []), torch_info.get("log_artifacts", []))
+            # A category preset also sets what that category's diagnosis needs; the caller's env wins.
+            env_add = {**PRESET_ENV.get(logs, {}), **env_add}
+            inductor_config = dict(PRESET_INDUCTOR_CONFIG.get(logs, {}))
         result = await run_repro(
             state.store, case, script_path, args=check_args(args), logs_spec=spec, repeat=check_repeat(repeat),
-            trace=trace, env_add=check_env_additions(env), timeout_s=check_timeout(timeout_s), cwd=work_dir,
+            trace=trace, env_add=env_add, timeout_s=check_timeout(timeout_s), cwd=work_dir,
             progress=progress_reporter(ctx), main_check_done=flow.is_complete(Step.main_check),
+            inductor_config=inductor_config,
         )
         result.next_step = next_step(state, result, repeat, spec)
         return result
