@@ -1,0 +1,128 @@
+"""The GPU categories for real: Triton kernel errors and CUDA runtime crashes. Skipped without CUDA.
+
+Run on a CUDA machine with: python -m pytest -m gpu tests/test_gpu.py
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import Client
+
+from pt2_bug_basher.app import create_server
+from pt2_bug_basher.config import ServerConfig
+from pt2_bug_basher.environment import start_case
+from pt2_bug_basher.store import Store
+
+from conftest import EXAMPLES
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:
+        return False
+
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.anyio,
+    pytest.mark.skipif(not _cuda_available(), reason="needs a CUDA device"),
+]
+
+
+@pytest.fixture(scope="module")
+def gpu_config(tmp_path_factory) -> ServerConfig:
+    root = tmp_path_factory.mktemp("gpu")
+    shutil.copytree(EXAMPLES / "gpu", root / "repo" / "gpu")
+    return ServerConfig(state_dir=root / "state", default_repo=root / "repo", allowed_roots=(root,))
+
+
+@pytest.fixture(scope="module")
+def gpu_case(gpu_config) -> str:
+    result = anyio.run(lambda: start_case(Store(gpu_config.state_dir), gpu_config.default_repo, python=sys.executable))
+    assert result.ok
+    return result.case_id
+
+
+def script(config: ServerConfig, name: str) -> str:
+    return str(config.default_repo / "gpu" / name)
+
+
+async def call(config, tool, **arguments):
+    async with Client(create_server(config)) as client:
+        result = await client.call_tool(tool, arguments)
+    assert not result.is_error, result.content[0].text
+    return result.structured_content
+
+
+async def test_check_env_reports_the_gpu(gpu_config):
+    import torch
+
+    data = await call(gpu_config, "check_env", python=sys.executable)
+    info = data["torch"]
+    assert info["cuda_available"] and info["cuda_version"] == torch.version.cuda
+    gpu = info["gpus"][0]
+    major, minor = torch.cuda.get_device_capability(0)
+    assert gpu["name"] == torch.cuda.get_device_name(0) and gpu["capability"] == f"{major}.{minor}"
+    import triton
+
+    assert info["triton_version"] == triton.__version__
+
+
+@pytest.mark.parametrize("name,categories", [
+    ("triton_compile_error.py", {"triton"}),
+    ("triton_device_assert.py", {"runtime_crash"}),
+    ("triton_accuracy.py", {"accuracy"}),
+    ("triton_out_of_bounds.py", {"runtime_crash", "triton"}),
+])
+async def test_gpu_failures_reproduce_with_the_right_category(gpu_config, gpu_case, name, categories):
+    data = await call(gpu_config, "run_with_logs", case_id=gpu_case, script=script(gpu_config, name), repeat=2)
+    assert data["reproduced"], data["runs"]
+    assert data["failure"]["category"] in categories, data["failure"]
+    assert data["runs"][0]["signature"] == data["runs"][1]["signature"]
+    if name == "triton_compile_error.py":
+        assert "backend_compiler_failed" in data["failure"]["secondary"]
+    if name == "triton_out_of_bounds.py":
+        assert "illegal memory access" in " ".join(data["tail"] + data["failure"]["evidence"])
+
+
+async def test_launch_blocking_pins_the_async_crash_to_the_kernel(gpu_config, gpu_case):
+    path = script(gpu_config, "triton_device_assert.py")
+    plain = await call(gpu_config, "run_with_logs", case_id=gpu_case, script=path, repeat=1)
+    pinned = await call(gpu_config, "run_with_logs", case_id=gpu_case, script=path, repeat=1, logs="runtime_crash")
+    assert pinned["env_added"]["CUDA_LAUNCH_BLOCKING"] == "1"
+    assert pinned["inductor_config"] == {"triton.debug_sync_kernel": True}
+    lines = Path(path).read_text().splitlines()
+    plain_line = int(plain["failure"]["user_frame"].rsplit(":", 1)[1].split()[0])
+    pinned_line = int(pinned["failure"]["user_frame"].rsplit(":", 1)[1].split()[0])
+    # Without it the error surfaces at a later synchronisation; with it, at the compiled call.
+    assert ".item()" in lines[plain_line - 1]
+    assert "torch.compile(f)(x)" in lines[pinned_line - 1]
+
+
+async def test_artifacts_list_triton_kernels_and_name_the_failing_one(gpu_config, gpu_case):
+    for step in ("test", "main_check"):
+        await call(gpu_config, "waive_step", case_id=gpu_case, step=step,
+                   reason="GPU artifact test: no unit test for the injected bug")
+    data = await call(gpu_config, "collect_debug_artifacts", case_id=gpu_case,
+                      script=script(gpu_config, "triton_compile_error.py"))
+    kernels = [k["name"] for g in data["graphs"] for k in g["kernels"]]
+    assert data["kernel_count"] >= 1 and any(k.startswith("triton_") for k in kernels), kernels
+    assert data["failure"] is not None and data["failure"]["kernel"] in kernels, data["failure"]
+
+
+@pytest.mark.slow
+async def test_fx_minifier_on_the_triton_failure(gpu_config, gpu_case):
+    await call(gpu_config, "run_with_logs", case_id=gpu_case, script=script(gpu_config, "triton_compile_error.py"),
+               repeat=2)
+    data = await call(gpu_config, "minify", case_id=gpu_case, mode="fx", after="aot", budget_s=500,
+                      script=script(gpu_config, "triton_compile_error.py"))
+    assert data["confirmed"], data
+    assert data["minimized_path"] and Path(data["minimized_path"]).exists()
