@@ -96,7 +96,7 @@ async def test_bad_arguments(module_config):
 
 @pytest.mark.slow
 async def test_fx_minifier_on_a_backend_compiler_failure(module_config):
-    script = module_config.default_repo / "data" / "inductor_compile_error.py"
+    script = module_config.default_repo / "examples" / "backend_compiler_failed.py"
     async with Client(create_server(module_config)) as client:
         case_id = await reproduced(client, script)
         result = await client.call_tool("minify", {"case_id": case_id, "mode": "fx", "after": "aot",

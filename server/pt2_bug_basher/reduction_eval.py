@@ -103,6 +103,8 @@ class ForkServerEvaluator(Evaluator):
             if self._done.is_set():
                 raise BugBasherError(f"the fork server exited at start: {self._failure or 'no output'}")
             if time.monotonic() > deadline:
+                if self._scope is not None:
+                    self._scope.cancel()
                 raise BugBasherError("the fork server did not start within 120 s")
             await anyio.sleep(0.05)
 

@@ -186,11 +186,19 @@ async def _source(store, case, ref, script, budget_s, progress, work, result: Mi
         reducer = SourceReducer(ref, evaluator, work, cwd=run_cwd, name=script.name,
                                 timeout_s=run_timeout(ref, factor=3.0, floor=30.0), deadline=deadline,
                                 progress=progress)
+
+        async def heartbeat() -> None:  # a long candidate must not leave the client without news
+            while True:
+                await anyio.sleep(10)
+                await reducer._maybe_report(force=True)
+
+        group.start_soon(heartbeat)
         try:
             reduced = await reducer.run(original)
         finally:
             with anyio.CancelScope(shield=True):
                 await evaluator.aclose()
+            group.cancel_scope.cancel()  # the heartbeat
     stats = reducer.stats
     elapsed = max(1e-6, time.monotonic() - started)
     result.source = ReducerStatsOut(
