@@ -51,7 +51,7 @@ async def test_source_reducer_shrinks_a_padded_graph_break(module_config):
 
     async with Client(server) as client:
         case_id = await reproduced(client, script)
-        result = await client.call_tool("minify", {"case_id": case_id, "mode": "auto", "budget_s": 120},
+        result = await client.call_tool("minify", {"case_id": case_id, "mode": "auto", "budget_s": 80},
                                         progress_callback=on_progress)
         assert not result.is_error, result.content[0].text
         data = result.structured_content
@@ -71,7 +71,7 @@ async def test_source_reducer_shrinks_a_padded_graph_break(module_config):
         assert "reduce" in data["recorded"] and "register_test" in data["next_step"]
         assert await status_of(client, case_id, "reduce") == "done"
         # a budget that runs out returns the best so far, still confirmed to fail the same way
-        short = (await client.call_tool("minify", {"case_id": case_id, "mode": "source", "budget_s": 12}))
+        short = (await client.call_tool("minify", {"case_id": case_id, "mode": "source", "budget_s": 10}))
         short_data = short.structured_content
     assert any("source reducer" in m for m in progress), progress
     assert short_data["budget_exhausted"] is True
