@@ -71,7 +71,9 @@ def check_string(ref: Reference) -> str | None:
     frag = parts[-1] if parts else first
     runs = [r for r in re.split(r"['\"\\`]", frag) if r.strip()]
     frag = max(runs, key=len).strip() if runs else ""
-    frag = frag[:80].strip()
+    # Paths and cache hashes differ between the dump run and the minifier's trials: keep what precedes them.
+    frag = re.split(r"\s(?:/|~/|[A-Za-z]:\\)|\b[0-9a-f]{16,}\b", frag)[0]
+    frag = frag[:80].strip().rstrip(":").strip()
     return frag if len(frag) >= 4 else None
 
 
