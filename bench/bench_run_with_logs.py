@@ -26,6 +26,7 @@ from pt2_bug_basher.environment import start_case
 from pt2_bug_basher.runs import BASE_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
+DYNAMO_SCRIPT = ROOT / "examples" / "recompile_limit.py"
 
 
 def bare(script: Path) -> float:
@@ -55,6 +56,13 @@ async def main(runs: int, script: Path) -> None:
             for _ in range(runs):
                 bare_t.append(await anyio.to_thread.run_sync(bare, script))
                 ours_t.append(await ours(1))
+            dyn = await client.call_tool("run_with_logs", {"case_id": case.case_id, "script": str(DYNAMO_SCRIPT),
+                                                           "repeat": 1, "logs": "+dynamo"})
+            raw_bytes = dyn.structured_content["runs"][0]["output_bytes"]
+            result_bytes = len(dyn.content[0].text.encode())
+            run_id = dyn.structured_content["runs"][0]["run_id"]
+            classified = await client.call_tool("classify_error", {"run_id": run_id})
+            classify_bytes = len(classified.content[0].text.encode())
             seq3, par3 = [], []
             for _ in range(max(1, runs // 2)):
                 seq3.append(sum([await anyio.to_thread.run_sync(bare, script) for _ in range(3)]))
@@ -68,6 +76,9 @@ async def main(runs: int, script: Path) -> None:
     print(f"3 sequential bare runs     : median {ms:.2f} s")
     print(f"run_with_logs(repeat=3)    : median {mp:.2f} s")
     print(f"parallel speed-up          = {ms / mp:.2f}x")
+    print(f"+dynamo on {DYNAMO_SCRIPT.name}: raw output {raw_bytes} bytes -> run_with_logs result {result_bytes} bytes "
+          f"({result_bytes / raw_bytes:.3f}), classify_error result {classify_bytes} bytes "
+          f"({classify_bytes / raw_bytes:.3f})")
 
 
 if __name__ == "__main__":

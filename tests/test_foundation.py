@@ -255,3 +255,24 @@ def test_wheel_carries_skill_and_prompts(tmp_path):
     module_file, skill_dir, count = out.stdout.split()
     assert module_file.startswith(str(target)) and skill_dir.startswith(str(target))
     assert int(count) >= 20
+
+
+def test_a_later_failure_on_the_same_code_revokes_a_pass(config):
+    from pt2_bug_basher.store import Store
+    from pt2_bug_basher.workflow import Workflow
+
+    store = Store(config.state_dir)
+    case = store.create_case(str(config.default_repo), sys.executable, {})
+    tree = {"hash": "tree-1"}
+    flow = lambda: Workflow(store, case.case_id, lambda: tree["hash"])  # noqa: E731
+    store.add_evidence(case.case_id, "verify", True, "all passed", tree_hash="tree-1")
+    assert {s.step: s.status for s in flow().status().steps}[Step.verify] == "done"
+    store.add_evidence(case.case_id, "verify", False, "the test failed this time", tree_hash="tree-1")
+    status = flow().status()
+    assert {s.step: s.status for s in status.steps}[Step.verify] == "failed"
+    # A failure on other code says nothing about this code: an earlier pass on this tree stands.
+    store.add_evidence(case.case_id, "verify", True, "passed again", tree_hash="tree-1")
+    store.add_evidence(case.case_id, "verify", False, "failed elsewhere", tree_hash="tree-0")
+    assert {s.step: s.status for s in flow().status().steps}[Step.verify] == "done"
+    tree["hash"] = "tree-2"
+    assert {s.step: s.status for s in flow().status().steps}[Step.verify] == "stale"

@@ -179,6 +179,9 @@ class Workflow:
         good = self.latest_ok(spec.step)
         if good is not None and self._rebased(spec, good):
             good = None
+        if good is not None and spec.current_tree and latest is not None and latest.id > good.id \
+                and latest.tree_hash == self.tree_hash and not self._rebased(spec, latest):
+            good = None  # a later failure on this same code revokes the earlier pass (a flaky test)
         if good is not None:
             status.evidence, status.run_id = good.summary, good.run_id
             if spec.current_tree and good.tree_hash != self.tree_hash:
