@@ -66,3 +66,16 @@ def test_project_mcp_json_starts_the_server(tmp_path):
             return {t.name for t in (await client.list_tools()).tools}
 
     assert "check_env" in anyio.run(listed)
+
+
+def test_readme_tool_reference_matches_tools_list():
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-m", "pt2_bug_basher.readme", "--check"], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    readme = (REPO_ROOT / "README.md").read_text()
+    from pt2_bug_basher.tools import registered_modules
+
+    for name in registered_modules():
+        assert f"| `{name}` |" in readme

@@ -43,6 +43,10 @@ def _type_of(schema: dict) -> str:
     return str(kind)
 
 
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
 def render(tools) -> str:
     from pt2_bug_basher.workflow import STEPS
 
@@ -50,7 +54,11 @@ def render(tools) -> str:
     for spec in STEPS:
         if spec.tool is not None:
             steps_of.setdefault(spec.tool.value, []).append(str(spec.number))
+    steps_of.setdefault("localize", ["3"])
+    steps_of.setdefault("get_workflow", ["any"])
+    steps_of.setdefault("waive_step", ["any"])
     order = {spec.tool.value: spec.number for spec in reversed(STEPS) if spec.tool is not None}
+    order.update(localize=3, get_workflow=14, waive_step=15)
     lines = [BEGIN, ""]
     lines.append("| tool | step | arguments | returns |")
     lines.append("| --- | --- | --- | --- |")
@@ -61,7 +69,8 @@ def render(tools) -> str:
             f"`{name}`" + ("" if name in required else "?") + f": {_type_of(spec)}" for name, spec in props.items()
         )
         out = ", ".join(f"`{name}`" for name in (tool.output_schema or {}).get("properties", {}))
-        lines.append(f"| `{tool.name}` | {', '.join(steps_of.get(tool.name, [])) or '-'} | {args} | {out} |")
+        row = f"| `{tool.name}` | {', '.join(steps_of.get(tool.name, [])) or '-'} | {_cell(args)} | {_cell(out)} |"
+        lines.append(row)
     lines.append("")
     for tool in sorted(tools, key=lambda t: (order.get(t.name, 99), t.name)):
         summary = " ".join((tool.description or "").split())
