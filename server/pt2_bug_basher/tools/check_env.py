@@ -11,6 +11,7 @@ from mcp.server.mcpserver.resolve import Elicit, Resolve
 from pydantic import BaseModel, Field
 
 from pt2_bug_basher.environment import CheckEnvResult, start_case
+from pt2_bug_basher.errors import InvalidInput
 from pt2_bug_basher.names import ToolName
 from pt2_bug_basher.paths import confine
 from pt2_bug_basher.state import AppState
@@ -38,7 +39,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
         names it registers. On success opens a case and returns its case_id."""
         repo_path = confine(repo or str(state.config.default_repo), state.config.allowed_roots, "repo")
         if not repo_path.is_dir():
-            raise_missing(repo_path)
+            raise InvalidInput(f"repo {repo_path} is not a directory. Pass the path of the repository being fixed.")
         if not conda_env and not python and getattr(choice, "action", None) == "accept":
             conda_env, python = choice.data.conda_env or None, choice.data.python or None
         total = 2
@@ -46,12 +47,6 @@ def register(mcp: MCPServer, state: AppState) -> None:
         result = await start_case(state.store, repo_path, conda_env=conda_env, python=python)
         await ctx.report_progress(total, total, "done")
         return result
-
-
-def raise_missing(path) -> None:
-    from pt2_bug_basher.errors import InvalidInput
-
-    raise InvalidInput(f"repo {path} is not a directory. Pass the path of the repository being fixed.")
 
 
 def _ask_for_environment(
