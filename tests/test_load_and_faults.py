@@ -195,3 +195,36 @@ async def test_deleted_case_directory_is_recreated_for_new_runs(loaded):
     assert not second.is_error and second.structured_content["runs"][0]["failed"]
     assert missing_error and "gone" in missing_error
     assert json.loads(json.dumps(server.state.workflow(case_id).status().model_dump()))["case_id"] == case_id
+
+
+async def test_a_full_disk_while_writing_a_log_is_reported_and_nothing_else_is_lost(loaded):
+    """A file-size cap on the server (RLIMIT_FSIZE, SIGXFSZ ignored) makes log writes fail as a full disk would."""
+    config, case_id = loaded
+    repo = config.default_repo
+    loud = repo / "loud.py"
+    loud.write_text("import sys\nsys.stdout.write('y' * (6 * 1024 * 1024))\nraise RuntimeError('loud failure')\n")
+    cap = 2 * 1024 * 1024
+    launcher = (
+        "import os, resource, signal, sys\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        f"resource.setrlimit(resource.RLIMIT_FSIZE, ({cap}, {cap}))\n"
+        "os.execv(sys.executable, [sys.executable, '-m', 'pt2_bug_basher', *sys.argv[1:]])\n"
+    )
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-c", launcher, "serve", "--state-dir", str(config.state_dir), "--repo", str(repo)],
+        env=dict(os.environ),
+    )
+    async with Client(params) as client:
+        result = await client.call_tool("run_with_logs", {"case_id": case_id, "script": str(loud), "repeat": 1})
+        assert not result.is_error, result.content[0].text
+        data = result.structured_content
+        assert any("could not be fully written" in note and "File too large" in note for note in data["notes"])
+        assert data["runs"][0]["failed"] and data["failure"]["message"].startswith("loud failure")
+        status = await client.call_tool("get_workflow", {"case_id": case_id})
+        assert not status.is_error
+    store = Store(config.state_dir)
+    run = store.get_run(data["runs"][0]["run_id"], case_id)
+    assert run.status == "finished" and run.exit_code == 1
+    assert Path(run.stdout_path).stat().st_size <= cap
+    assert store.get_case(case_id).case_id == case_id

@@ -260,6 +260,10 @@ async def run_repro(
         runs=[p.outcome_model(case.case_id) for p in parsed], reproduced=same, same_signature=len(signatures) == 1,
         inductor_config=dict(inductor_config or {}), next_step="",
     )
+    for p in parsed:
+        for error in p.result.outcome.log_errors:
+            result.notes.append(f"run {p.result.run_id}: its log could not be fully written ({error}); is the "
+                                "disk full? The run itself finished; its parsed result rests on what was written.")
     failing = next((p for p in parsed if p.failed), None)
     if failing is not None:
         result.failure = failing.failure_summary()

@@ -40,6 +40,7 @@ class ProcessOutcome:
     stdout_cut: int = 0
     stderr_cut: int = 0
     killed_pids: list[int] = field(default_factory=list)
+    log_errors: list[str] = field(default_factory=list)
 
     @property
     def status(self) -> str:
@@ -79,15 +80,25 @@ class CappedLog:
         self._head_written = 0
         self._tail = bytearray()
         self._closed_cut: int | None = None
+        self.error: str | None = None
         self._file = open(path, "wb")  # noqa: SIM115 - closed in close()
+
+    def _put(self, data: bytes) -> None:
+        """Write to the file; a full disk or a file-size cap stops the log, never the run."""
+        if self.error is not None:
+            return
+        try:
+            self._file.write(data)
+            self._file.flush()
+        except OSError as exc:
+            self.error = f"{self.path.name}: {exc.strerror or exc} after {self._head_written} bytes"
 
     def write(self, data: bytes) -> None:
         self.total += len(data)
         room = self.head_cap - self._head_written
         if room > 0:
             head, data = data[:room], data[room:]
-            self._file.write(head)
-            self._file.flush()
+            self._put(head)
             self._head_written += len(head)
         if data:
             self._tail += data
@@ -104,9 +115,12 @@ class CappedLog:
         tail = bytes(self._tail[-self.tail_cap :]) if self._tail else b""
         self._closed_cut = self.cut
         if self.cut:
-            self._file.write(f"\n[... pt2-bug-basher cut {self.cut} bytes here ...]\n".encode())
-        self._file.write(tail)
-        self._file.close()
+            self._put(f"\n[... pt2-bug-basher cut {self.cut} bytes here ...]\n".encode())
+        self._put(tail)
+        try:
+            self._file.close()
+        except OSError as exc:
+            self.error = self.error or f"{self.path.name}: {exc.strerror or exc}"
         self._tail = bytearray()
 
 
@@ -279,6 +293,7 @@ async def run_process(
         stdout_cut=stdout_log.cut if stdout_log else 0,
         stderr_cut=stderr_log.cut if stderr_log else 0,
         killed_pids=killed,
+        log_errors=[log.error for log in (stdout_log, stderr_log) if log is not None and log.error],
     )
 
 
