@@ -207,3 +207,24 @@ def test_build_outputs_are_linked_not_copied(tmp_path: Path):
     # Removing it leaves the primary's build outputs alone.
     anyio.run(lambda: worktrees.remove(store, case, "main"))
     assert not wt.exists() and (repo / "torch" / "lib" / "libtorch.so").exists()
+
+
+async def test_a_repository_deleted_under_a_worktree_is_a_clear_error(mini: Mini):
+    import shutil
+
+    case_id = mini.new_case()
+    mini.reproduce(case_id)
+    await register(mini, case_id)
+    created = (await call(mini, "make_worktree", case_id=case_id, action="create", ref="main")).structured_content
+    assert created["ok"]
+    shutil.rmtree(mini.repo)
+    worktree = Path(created["worktree"])
+    refused = error_text(await call(mini, "make_worktree", case_id=case_id, action="remove", ref="main"))
+    assert "is gone" in refused and "force=true" in refused and worktree.exists()
+    removed = await call(mini, "make_worktree", case_id=case_id, action="remove", ref="main", force=True)
+    assert not removed.is_error and not worktree.exists()
+    # The case and its evidence are intact, and the server still answers about it.
+    assert mini.store.get_case(case_id).case_id == case_id
+    assert [e.ok for e in mini.store.evidence(case_id, "main_check")] == [True]
+    status = await call(mini, "get_workflow", case_id=case_id)
+    assert not status.is_error, status.content[0].text

@@ -22,7 +22,7 @@ from typing import Any
 import anyio
 
 from pt2_bug_basher.errors import InvalidInput, NotFound
-from pt2_bug_basher.gitstate import GIT_TIMEOUT_S, open_repo
+from pt2_bug_basher.gitstate import GIT_TIMEOUT_S, is_git_repo, open_repo
 from pt2_bug_basher.store import CaseRecord, Store
 
 KV_PREFIX = "worktree:"
@@ -272,6 +272,17 @@ def _remove_sync(store: Store, case: CaseRecord, path: Path, record: WorktreeRec
 
     if record.case_id != case.case_id:
         raise InvalidInput(f"{path} belongs to case {record.case_id}, not {case.case_id}; it is left alone.")
+    if not is_git_repo(Path(record.repo)):
+        # The primary repository is gone: git cannot tell what changed, so only an explicit force deletes.
+        if not force:
+            raise InvalidInput(
+                f"the repository {record.repo} of the worktree {path} is gone, so git cannot check the worktree "
+                "for changes. Save what you need from it, then call again with force=true to delete it."
+            )
+        if path.is_dir() and path.resolve().is_relative_to(worktree_root(store).resolve()):
+            shutil.rmtree(path, ignore_errors=True)
+        _forget(store, path)
+        return
     allowed = {record.test_file} if record.test_file else set()
     allowed.update(record.linked)
     allowed.update(f"{name}/" for name in record.linked)
