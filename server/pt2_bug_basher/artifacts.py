@@ -29,7 +29,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from pydantic import BaseModel, Field
@@ -38,6 +38,9 @@ from pt2_bug_basher.errors import InvalidInput, NotFound
 from pt2_bug_basher.pages import PAGE_BYTES
 from pt2_bug_basher.runs import ProgressFn, RunResult, execute
 from pt2_bug_basher.store import CaseRecord, Store
+
+if TYPE_CHECKING:
+    from pt2_bug_basher.failure import Frame
 
 DEBUG_DIR_NAME = "debug"
 CACHE_DIR_NAME = "inductor_cache"
@@ -688,68 +691,23 @@ def summarise_graph(graph: Graph, case_id: str, stamp: str, *, capped: bool = Tr
 
 # -- failures ---------------------------------------------------------------------------------------
 
-_FRAME_RE = re.compile(r'^\s*File "([^"]+)", line (\d+), in (.+?)\s*$')
 _COMPILER_ERROR_RE = re.compile(
     r"^(\S+?\.(?:cpp|cc|cxx|cu|c|h|hpp)):(\d+):(?:(\d+):)?\s*(?:fatal )?error:\s*(.+)$", re.M)
 _ECHO_RE = re.compile(r"^\s*(\d+)\s+\|\s?(.*)$")
-_EXC_LINE_RE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Failed|Exit|Interrupt|Warning)?)(?::\s?(.*))?$")
 _GENERATED_NAME_RE = re.compile(r"^c[a-z0-9]{30,}\.py$")
 _COMPILE_EXC = ("BackendCompilerFailed", "InductorError", "CppCompileError", "CompilationError", "LoweringException")
-
-
-@dataclass
-class Frame:
-    file: str
-    line: int
-    function: str
-    code: str | None
-
-
-def parse_frames(text: str) -> list[Frame]:
-    frames: list[Frame] = []
-    lines = text.splitlines()
-    for index, line in enumerate(lines):
-        match = _FRAME_RE.match(line)
-        if not match:
-            continue
-        code = None
-        if index + 1 < len(lines):
-            following = lines[index + 1]
-            if following.startswith("    ") and not _FRAME_RE.match(following):
-                code = following.strip()
-        frames.append(Frame(match.group(1), int(match.group(2)), match.group(3), code))
-    return frames
 
 
 def _exception_of(
     text: str, exit_code: int | None, signal_name: str | None,
 ) -> tuple[str | None, str | None, str | None]:
-    """Exception type, message and signature: failure.parse_failure where present, else a minimal parse."""
-    try:
-        from pt2_bug_basher.failure import parse_failure  # written alongside; optional here
-    except ImportError:
-        parse_failure = None  # type: ignore[assignment]
-    if parse_failure is not None:
-        try:
-            record = parse_failure(text, exit_code=exit_code, signal_name=signal_name)
-        except Exception:  # a parser bug must not lose the artifacts
-            record = None
-        if record is not None and (getattr(record, "exception_type", None) or getattr(record, "signal_name", None)):
-            return record.exception_type, getattr(record, "message", None), getattr(record, "signature", None)
-    # Minimal local parse: the first unindented line after the last traceback's frames.
-    lines = text.splitlines()
-    last_tb = max((i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")),
-                  default=None)
-    if last_tb is None:
+    """Exception type, message and signature, as run_with_logs computes them."""
+    from pt2_bug_basher.failure import parse_failure
+
+    record = parse_failure(text, exit_code=exit_code, signal_name=signal_name)
+    if record is None:
         return (None, f"killed by {signal_name}", None) if signal_name else (None, None, None)
-    for line in lines[last_tb + 1:]:
-        if not line.strip() or line.startswith((" ", "\t")):
-            continue
-        match = _EXC_LINE_RE.match(line)
-        if match:
-            return match.group(1), (match.group(2) or "").strip() or None, None
-        return None, line.strip(), None
-    return None, None, None
+    return record.exception_type, record.message, record.signature
 
 
 def _first_lines(message: str | None, lines: int = 3, chars: int = 400) -> str | None:
@@ -875,7 +833,9 @@ def locate_failure(
 ) -> FailureLocation:
     exc_type, message, signature = _exception_of(text, exit_code, signal_name)
     location = FailureLocation(exception_type=exc_type, message=_first_lines(message), signature=signature, how="")
-    frames = parse_frames(text)
+    from pt2_bug_basher.failure import parse as parse_traceback
+
+    frames = parse_traceback(text, exit_code, signal_name).all_frames()
     generated = [f for f in frames if _is_generated(f, debug_dir)]
     in_inductor = any(_in_inductor_graph_compile(f) for f in frames)
     in_compile = in_inductor or any(name in (exc_type or "") + (message or "") for name in _COMPILE_EXC)
