@@ -2,7 +2,7 @@
 
 The case's failure is what the reproduction step recorded (its signature, category, exception
 type and message). Every run here is judged against it with the same verdict logic as
-run_with_logs (`repro._Parsed`), then compared at the strictest level that can hold:
+run_with_logs (`repro.RunVerdict`), then compared at the strictest level that can hold:
 
 * ``signature``  — the exact failure signature (exception, message, user and torch frames);
 * ``exception``  — same exception type and the same normalised message, once backend names and
@@ -140,9 +140,9 @@ class Verdict(BaseModel):
 def verdict_of(result: RunResult) -> Verdict:
     """The failure a run shows, by run_with_logs' own rules."""
     from pt2_bug_basher.failure import normalise_message
-    from pt2_bug_basher.repro import _Parsed
+    from pt2_bug_basher.repro import RunVerdict
 
-    parsed = _Parsed(result)
+    parsed = RunVerdict(result)
     f = parsed.classification.failure
     outcome = result.outcome
     return Verdict(

@@ -152,7 +152,9 @@ def _soft_signature(summary: Any) -> str | None:
     return "graph_breaks|" + ";".join(parts)
 
 
-class _Parsed:
+class RunVerdict:
+    """What one run showed: failed or not, its signature and category, its parsed logs."""
+
     def __init__(self, result: RunResult) -> None:
         from pt2_bug_basher.classify import classify
         from pt2_bug_basher.logs import parse_logs
@@ -246,7 +248,7 @@ async def run_repro(
         for index in range(repeat):
             group.start_soon(one, index)
 
-    parsed = [_Parsed(r) for r in results if r is not None]
+    parsed = [RunVerdict(r) for r in results if r is not None]
     for p in parsed:
         store.set_run_result(p.result.run_id, {
             "failed": p.failed, "signature": p.signature, "category": p.classification.category,
@@ -283,7 +285,7 @@ async def run_repro(
 
 
 def _record(
-    store: Store, case: CaseRecord, script: Path, args: list[str], parsed: list[_Parsed],
+    store: Store, case: CaseRecord, script: Path, args: list[str], parsed: list[RunVerdict],
     result: RunWithLogsResult, logs_spec: str | None, main_check_done: bool,
 ) -> None:
     run_ids = [p.result.run_id for p in parsed]
