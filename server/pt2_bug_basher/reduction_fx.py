@@ -154,8 +154,12 @@ async def minify_fx(
                        f"{lines[-1] if lines else 'starting'}")
 
     forkserver: ForkServerEvaluator | None = None
+    launcher_text = launcher.read_text(errors="replace")
+    on_gpu = "type='cuda'" in launcher_text or 'type="cuda"' in launcher_text
+    # Seen on an H200: forked trials of a CUDA graph drifted (7 -> 2 nodes, the result no longer failing)
+    # where PyTorch's own fresh-process trials stayed on the failure (3 nodes, still failing).
     async with anyio.create_task_group() as group:
-        if use_fork_server and after == "aot":
+        if use_fork_server and after == "aot" and not on_gpu:
             forkserver = ForkServerEvaluator(store, case, {**ref.env, **launcher_env}, launcher_dir,
                                              preload=("torch", "torch._inductor.compile_fx"))
             await forkserver.start(group)
@@ -177,6 +181,8 @@ async def minify_fx(
     result.trials = len(trials)
     result.trial_seconds = round(sum(e.get("seconds", 0) for e in trials), 1)
     result.minifier_log = [e["line"] for e in events if e.get("kind") in ("minifier", "note")][-12:]
+    if on_gpu and use_fork_server:
+        result.minifier_log.append("the graph runs on CUDA: its trials ran in fresh processes, not forked ones")
     starts = [int(m.group(1)) for line in result.minifier_log + [e.get("line", "") for e in events]
               for m in [re.match(r"Started off with (\d+) nodes", line)] if m]
     checkpoints = [e["nodes"] for e in events if e.get("kind") == "checkpoint"]
