@@ -140,8 +140,10 @@ async def test_artifacts_list_triton_kernels_and_name_the_failing_one(gpu_config
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason="seen on torch 2.11 + H200: PyTorch's minifier takes the graph from 7 to 2 nodes, but "
-                          "the minimized repro passes when run alone; the drift is reported, not accepted")
+@pytest.mark.xfail(reason="seen on torch 2.11 + H200 with forked trials: 7 -> 2 nodes and the minimized repro passes "
+                          "alone (reported as drift). PyTorch's own fresh-process trials reached 3 nodes and still "
+                          "failed, so CUDA graphs now use fresh processes; that change is not yet confirmed on a GPU "
+                          "(its one run hit the test's timeout)")
 async def test_fx_minifier_on_the_triton_failure(gpu_config, gpu_case):
     await call(gpu_config, "run_with_logs", case_id=gpu_case, script=script(gpu_config, "triton_compile_error.py"),
                repeat=2)
