@@ -276,3 +276,38 @@ def test_a_later_failure_on_the_same_code_revokes_a_pass(config):
     assert {s.step: s.status for s in flow().status().steps}[Step.verify] == "done"
     tree["hash"] = "tree-2"
     assert {s.step: s.status for s in flow().status().steps}[Step.verify] == "stale"
+
+
+async def test_a_named_env_is_found_through_conda_info(server, this_venv, monkeypatch, tmp_path, torch_version):
+    """A real conda executable is not available here: a stand-in answers `conda info --envs --json`."""
+    env_dir = tmp_path / "envs" / "pt2named"
+    env_dir.parent.mkdir()
+    env_dir.symlink_to(this_venv)
+    conda = tmp_path / "conda"
+    conda.write_text(f"#!/bin/sh\necho '{json.dumps({'envs': [str(tmp_path / 'base'), str(env_dir)]})}'\n")
+    conda.chmod(0o755)
+    for name in ("VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("CONDA_EXE", str(conda))
+    async with Client(server) as client:
+        data = (await client.call_tool("check_env", {"conda_env": "pt2named"})).structured_content
+        missing = await client.call_tool("check_env", {"conda_env": "other"})
+    assert data["ok"] and data["python"] == str(env_dir / "bin" / "python")
+    assert "conda info --envs" in data["rule"] and data["torch"]["version"] == torch_version
+    assert data["ask_user"] and "pt2named" in data["ask_user"]
+    assert missing.is_error and "pt2named" in missing.content[0].text
+
+
+def test_short_sync_commands_are_killed_with_their_group_on_timeout(tmp_path):
+    from pt2_bug_basher.runner import run_short_sync
+
+    from conftest import process_running
+
+    pid_file = tmp_path / "pid"
+    code = ("import subprocess, sys, time\n"
+            "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'])\n"
+            f"open({str(pid_file)!r}, 'w').write(str(p.pid))\n"
+            "time.sleep(300)\n")
+    assert run_short_sync([sys.executable, "-c", code], dict(os.environ), timeout_s=3) is None
+    assert not process_running(int(pid_file.read_text()))
+    assert run_short_sync([sys.executable, "-c", "print('hi')"], dict(os.environ), timeout_s=30) == "hi\n"

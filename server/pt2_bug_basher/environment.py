@@ -6,7 +6,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +13,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from pt2_bug_basher.errors import InvalidInput
-from pt2_bug_basher.runner import run_captured
+from pt2_bug_basher.runner import run_captured, run_short_sync
 
 PROBE = Path(__file__).parent / "_probes" / "env_probe.py"
 PROBE_MARKER = "PT2BB-PROBE:"
@@ -87,20 +86,14 @@ def _conda_envs(environ: dict[str, str]) -> dict[str, Path] | None:
     conda = environ.get("CONDA_EXE") or shutil.which("conda", path=environ.get("PATH"))
     if not conda:
         return None
+    out = run_short_sync([conda, "info", "--envs", "--json"], environ, timeout_s=60)
     try:
-        out = subprocess.run(
-            [conda, "info", "--envs", "--json"], capture_output=True, text=True, timeout=60,
-            stdin=subprocess.DEVNULL, env=environ, start_new_session=True,
-        )
-        envs = json.loads(out.stdout).get("envs", [])
-    except (OSError, subprocess.SubprocessError, ValueError):
+        envs = json.loads(out).get("envs", []) if out is not None else None
+    except ValueError:
+        envs = None
+    if envs is None:
         return None
-    named: dict[str, Path] = {}
-    for env in envs:
-        path = Path(env)
-        named[path.name] = path
-        if (path / "conda-meta").exists() and path.name not in ("envs",):
-            named.setdefault(path.name, path)
+    named = {Path(env).name: Path(env) for env in envs}
     if envs:
         named.setdefault("base", Path(envs[0]))
     return named

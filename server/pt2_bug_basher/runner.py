@@ -169,14 +169,41 @@ def kill_tree(pid: int) -> list[int]:
     return [pid, *victims]
 
 
-def group_alive(pgid: int) -> bool:
+def _exists(send_signal_0) -> bool:
     try:
-        os.killpg(pgid, 0)
+        send_signal_0()
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
     return True
+
+
+def group_alive(pgid: int) -> bool:
+    return _exists(lambda: os.killpg(pgid, 0))
+
+
+def process_alive(pid: int) -> bool:
+    return _exists(lambda: os.kill(pid, 0))
+
+
+def run_short_sync(argv: list[str], env: dict[str, str], timeout_s: float) -> str | None:
+    """Run a quick helper command from synchronous code; its stdout, or None if it failed or timed out.
+
+    Like every run, it gets its own session and, past the timeout, its whole group is killed.
+    """
+    try:
+        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                   stderr=subprocess.DEVNULL, env=env, start_new_session=True, text=True)
+    except OSError:
+        return None
+    try:
+        out, _ = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        kill_tree(process.pid)
+        process.communicate()
+        return None
+    return out if process.returncode == 0 else None
 
 
 async def _terminate(process: anyio.abc.Process) -> list[int]:

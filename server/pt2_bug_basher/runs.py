@@ -8,13 +8,14 @@ runs; runs left 'running' by a server that died are marked interrupted at the ne
 from __future__ import annotations
 
 import os
-import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from pt2_bug_basher.errors import InvalidInput
-from pt2_bug_basher.runner import DEFAULT_LOG_CAP, ProcessOutcome, group_alive, run_process
+from pt2_bug_basher.runner import (
+    DEFAULT_LOG_CAP, ProcessOutcome, group_alive, kill_tree, process_alive, run_process,
+)
 from pt2_bug_basher.store import CaseRecord, Store, new_id
 
 DEFAULT_TIMEOUT_S = 600.0
@@ -125,25 +126,10 @@ def recover_interrupted(store: Store) -> list[str]:
     """Mark runs whose server died as interrupted and kill what is left of their process groups."""
     recovered = []
     for run in store.running_runs():
-        if run.server_pid is not None and run.server_pid != os.getpid() and _alive(run.server_pid):
-            continue
-        if run.server_pid == os.getpid():
-            continue
+        if run.server_pid == os.getpid() or (run.server_pid is not None and process_alive(run.server_pid)):
+            continue  # its server is still running it
         if run.pid is not None and group_alive(run.pid):
-            try:
-                os.killpg(run.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            kill_tree(run.pid)
         store.finish_run(run.run_id, "interrupted", None, None)
         recovered.append(run.run_id)
     return recovered
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -179,10 +179,10 @@ def _refused(state: AppState, flow: Any, result: RegisterTestResult, check: Any,
 
 
 def _tracked(repo: Path, rel: str) -> bool:
-    from pt2_bug_basher.gitstate import open_repo
+    from pt2_bug_basher.gitstate import GIT_TIMEOUT_S, open_repo
 
     try:
         git_repo = open_repo(repo)
-        return bool(git_repo.git.ls_files("--", rel).strip())
+        return bool(git_repo.git.ls_files("--", rel, kill_after_timeout=GIT_TIMEOUT_S).strip())
     except Exception:  # not a git repository, or git failed: no warning
         return True
