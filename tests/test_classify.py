@@ -7,9 +7,6 @@ bench/bench_classify.py, not here.
 
 from __future__ import annotations
 
-import json
-from collections import Counter
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -17,19 +14,10 @@ from hypothesis import strategies as st
 
 from pt2_bug_basher.classify import CATEGORIES, Classification, classify
 
-CORPUS = Path(__file__).parent / "data" / "corpus"
+from corpus_samples import BY_ID, LOCAL, LOCAL_GPU, PUBLIC
+
 SEVEN = {"graph_break", "backend_compiler_failed", "recompile", "accuracy", "dynamo_internal",
          "runtime_crash", "triton"}
-
-
-def _load(name: str) -> list[dict]:
-    return [json.loads(line) for line in (CORPUS / name).read_text().splitlines() if line.strip()]
-
-
-PUBLIC = _load("public.jsonl")
-LOCAL = _load("local.jsonl")
-LOCAL_GPU = _load("local_gpu.jsonl")
-BY_ID = {d["id"]: d for d in PUBLIC + LOCAL + LOCAL_GPU}
 
 
 def _classify(d: dict) -> Classification:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -11,17 +9,7 @@ from hypothesis import strategies as st
 
 from pt2_bug_basher.failure import FailureRecord, is_user_path, normalise_message, parse_failure
 
-CORPUS = Path(__file__).parent / "data" / "corpus"
-
-
-def _load(name: str) -> list[dict]:
-    return [json.loads(line) for line in (CORPUS / name).read_text().splitlines() if line.strip()]
-
-
-PUBLIC = _load("public.jsonl")
-LOCAL = _load("local.jsonl")
-LOCAL_GPU = _load("local_gpu.jsonl")
-BY_ID = {d["id"]: d for d in PUBLIC + LOCAL + LOCAL_GPU}
+from corpus_samples import BY_ID, LOCAL, LOCAL_GPU
 
 
 def record(sid: str) -> FailureRecord:

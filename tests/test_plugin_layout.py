@@ -8,7 +8,6 @@ import shutil
 import sys
 
 import anyio
-import pytest
 import yaml
 from mcp import Client, StdioServerParameters
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from pt2_bug_basher.errors import InvalidInput
 from pt2_bug_basher.gitstate import GIT_TIMEOUT_S, open_repo
