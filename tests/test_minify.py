@@ -118,3 +118,12 @@ async def test_fx_minifier_on_an_accuracy_failure(module_config):
     assert data["mode"] == "fx" and data["fx"]["level"] == 4, data
     assert data["confirmed"] and data["comparison"] in ("category", "exception", "signature"), data
     assert data["after"]["nodes"] <= data["before"]["nodes"]
+
+
+def test_cuda_code_is_never_evaluated_in_forked_processes():
+    from pt2_bug_basher.reduction_eval import fork_unsafe
+
+    assert fork_unsafe("x = torch.randn(8, device='cuda')")
+    assert fork_unsafe("buf0 = reader.storage(None, 16384, device=device(type='cuda', index=0))")
+    assert fork_unsafe('model.to("cuda")')
+    assert not fork_unsafe("x = torch.randn(8)\ncompiled = torch.compile(f, backend='eager')")

@@ -10,6 +10,8 @@ child (the server's group and its descendants), and a candidate past its timeout
 
 from __future__ import annotations
 
+import re
+
 import json
 import os
 import time
@@ -60,6 +62,15 @@ class FreshEvaluator(Evaluator):
         outcome = await run_process(argv, cwd=cwd, env=env, timeout_s=timeout_s,
                                     stdout_path=out_dir / "stdout.log", stderr_path=out_dir / "stderr.log")
         return fake_result(f"candidate-{out_dir.name}", outcome, out_dir / "stdout.log", out_dir / "stderr.log")
+
+
+def fork_unsafe(code: str) -> bool:
+    """Code that runs on CUDA is evaluated in fresh processes, never forked ones.
+
+    Seen on an H200: forked trials of a CUDA graph drifted (PyTorch's minifier went 7 -> 2 nodes and
+    the result no longer failed) where fresh-process trials stayed on the failure (3 nodes, failing).
+    """
+    return re.search(r"""\bcuda\b|type=['"]cuda['"]""", code) is not None
 
 
 class ForkServerEvaluator(Evaluator):

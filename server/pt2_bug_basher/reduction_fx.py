@@ -22,7 +22,7 @@ from pathlib import Path
 import anyio
 
 from pt2_bug_basher.reduction import PROBES, Reference, compare, describe, run_timeout, verdict_of
-from pt2_bug_basher.reduction_eval import ForkServerEvaluator
+from pt2_bug_basher.reduction_eval import ForkServerEvaluator, fork_unsafe
 from pt2_bug_basher.runs import execute
 from pt2_bug_basher.store import CaseRecord, Store
 
@@ -154,10 +154,7 @@ async def minify_fx(
                        f"{lines[-1] if lines else 'starting'}")
 
     forkserver: ForkServerEvaluator | None = None
-    launcher_text = launcher.read_text(errors="replace")
-    on_gpu = "type='cuda'" in launcher_text or 'type="cuda"' in launcher_text
-    # Seen on an H200: forked trials of a CUDA graph drifted (7 -> 2 nodes, the result no longer failing)
-    # where PyTorch's own fresh-process trials stayed on the failure (3 nodes, still failing).
+    on_gpu = fork_unsafe(launcher.read_text(errors="replace"))
     async with anyio.create_task_group() as group:
         if use_fork_server and after == "aot" and not on_gpu:
             forkserver = ForkServerEvaluator(store, case, {**ref.env, **launcher_env}, launcher_dir,

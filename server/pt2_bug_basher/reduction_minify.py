@@ -165,7 +165,7 @@ async def _fx(store, case, ref, script, after, budget_s, progress, work, result:
 
 
 async def _source(store, case, ref, script, budget_s, progress, work, result: MinifyResult, cwd) -> None:
-    from pt2_bug_basher.reduction_eval import ForkServerEvaluator, FreshEvaluator
+    from pt2_bug_basher.reduction_eval import ForkServerEvaluator, FreshEvaluator, fork_unsafe
     from pt2_bug_basher.reduction_source import SourceReducer, size_of
 
     started = time.monotonic()
@@ -177,12 +177,16 @@ async def _source(store, case, ref, script, budget_s, progress, work, result: Mi
     run_cwd = cwd or script.parent
     reduced: str | None = None
     async with anyio.create_task_group() as group:
-        evaluator = ForkServerEvaluator(store, case, ref.env, work, parallel=cores())
-        try:
-            await evaluator.start(group)
-        except BugBasherError as exc:
-            result.notes.append(f"fork server unavailable ({exc}); candidates run in fresh processes")
+        if fork_unsafe(original):
+            result.notes.append("the repro uses CUDA: candidates run in fresh processes, not forked ones")
             evaluator = FreshEvaluator(case, ref.env)
+        else:
+            evaluator = ForkServerEvaluator(store, case, ref.env, work, parallel=cores())
+            try:
+                await evaluator.start(group)
+            except BugBasherError as exc:
+                result.notes.append(f"fork server unavailable ({exc}); candidates run in fresh processes")
+                evaluator = FreshEvaluator(case, ref.env)
         reducer = SourceReducer(ref, evaluator, work, cwd=run_cwd, name=script.name,
                                 timeout_s=run_timeout(ref, factor=3.0, floor=30.0), deadline=deadline,
                                 progress=progress)
