@@ -912,28 +912,15 @@ def locate_failure(
 # -- tlparse ----------------------------------------------------------------------------------------
 
 
-def _tlparse_binary(python: str) -> str | None:
-    import shutil
-    import sys
-
-    for candidate in (Path(python).parent / "tlparse", Path(sys.executable).parent / "tlparse"):
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            return str(candidate)
-    return shutil.which("tlparse")
-
-
-def newest_log(directory: Path) -> Path | None:
-    logs = [p for p in directory.glob("*.log") if p.is_file() and p.stat().st_size > 0] if directory.is_dir() else []
-    return max(logs, key=lambda p: p.stat().st_mtime) if logs else None
-
-
 async def run_tlparse(store: Store, case: CaseRecord, debug_dir: Path, stamp: str,
                       progress: ProgressFn | None) -> TraceInfo:
-    log = newest_log(debug_dir / TRACE_DIR_NAME)
+    from pt2_bug_basher.tracing import newest_trace_log, tlparse_binary
+
+    log = newest_trace_log(debug_dir / TRACE_DIR_NAME)
     if log is None:
         return TraceInfo(error="no trace log was written: did the script reach torch.compile?")
     info = TraceInfo(trace_log=artifact_uri(case.case_id, f"{stamp}/{log.relative_to(debug_dir).as_posix()}"))
-    binary = _tlparse_binary(case.python)
+    binary = tlparse_binary(case.python)
     if binary is None:
         info.error = "tlparse is not installed (pip install tlparse); the raw trace log is indexed"
         return info

@@ -30,14 +30,17 @@ class TraceSummary(BaseModel):
     error: str | None = None
 
 
-def tlparse_binary() -> str | None:
-    beside = Path(sys.executable).parent / "tlparse"
-    if beside.exists():
-        return str(beside)
+def tlparse_binary(python: str | None = None) -> str | None:
+    """tlparse beside the case's interpreter, else beside the server's, else on PATH."""
+    for directory in (Path(python).parent if python else None, Path(sys.executable).parent):
+        if directory is not None and (directory / "tlparse").is_file() and os.access(directory / "tlparse", os.X_OK):
+            return str(directory / "tlparse")
     return shutil.which("tlparse")
 
 
 def newest_trace_log(trace_dir: Path) -> Path | None:
+    if not trace_dir.is_dir():
+        return None
     logs = [p for p in trace_dir.glob("*.log") if p.is_file() and p.stat().st_size > 0]
     return max(logs, key=lambda p: p.stat().st_mtime) if logs else None
 
