@@ -34,7 +34,7 @@ from urllib.parse import quote
 
 from pydantic import BaseModel, Field
 
-from pt2_bug_basher.errors import InvalidInput, NotFound
+from pt2_bug_basher.errors import NotFound
 from pt2_bug_basher.pages import PAGE_BYTES
 from pt2_bug_basher.runs import ProgressFn, RunResult, execute
 from pt2_bug_basher.store import CaseRecord, Store
@@ -1120,12 +1120,3 @@ def evidence_summary(result: CollectArtifactsResult) -> tuple[bool, str, dict[st
     }
     return ok, summary[:500], data
 
-
-def check_script_args(args: list[str] | None) -> list[str]:
-    args = list(args or [])
-    if len(args) > 200:
-        raise InvalidInput("pass at most 200 script arguments.")
-    for arg in args:
-        if not isinstance(arg, str) or "\x00" in arg or len(arg) > 32768:
-            raise InvalidInput("script arguments must be strings under 32 KiB without NUL bytes.")
-    return args

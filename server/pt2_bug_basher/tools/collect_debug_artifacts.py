@@ -14,12 +14,12 @@ from pt2_bug_basher.artifacts import (
     CollectArtifactsResult,
     Target,
     carried_env,
-    check_script_args,
     collect,
     evidence_summary,
     resolve_artifact,
 )
 from pt2_bug_basher.errors import BugBasherError, InvalidInput, NotFound
+from pt2_bug_basher.repro import check_args
 from pt2_bug_basher.names import Step, ToolName
 from pt2_bug_basher.pages import read_page
 from pt2_bug_basher.runs import MAX_TIMEOUT_S, check_env_additions, check_timeout
@@ -55,7 +55,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
         case://<case_id>/artifacts/<path>, read in pages (?page=N)."""
         flow = state.gate(ToolName.collect_debug_artifacts, case_id)
         case = flow.case
-        target = resolve_target(state, case, script, run_id, check_script_args(args) if args else None)
+        target = resolve_target(state, case, script, run_id, check_args(args) if args else None)
         result = await collect(
             state.store, case, target, trace=trace, env_add=check_env_additions(env),
             timeout_s=check_timeout(timeout_s), progress=progress_reporter(ctx),
