@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 from pt2_bug_basher.errors import GateClosed, InvalidInput
 from pt2_bug_basher.names import Step, ToolName
 from pt2_bug_basher.runs import MAX_TIMEOUT_S, check_timeout
+from pt2_bug_basher.paths import confine
 from pt2_bug_basher.state import AppState
 from pt2_bug_basher.testing import FailureInfo, NearbyTest
 from pt2_bug_basher.tools._base import RUNS_CODE, progress_reporter, tool_errors
@@ -157,12 +158,10 @@ def _selector(state: AppState, case: Any, root: Path, test: str) -> str:
 
     check_selector(test, "test")
     file, sep, rest = test.partition("::")
-    path = state.confine(case, file, "test", base=root) if root == Path(case.repo).resolve() else None
-    if path is None:
-        candidate = (root / file).resolve()
-        if not candidate.is_relative_to(root):
-            raise InvalidInput(f"test {test!r} is outside the worktree {root}.")
-        path = candidate
+    if root == Path(case.repo).resolve():
+        path = state.confine(case, file, "test", base=root)
+    else:
+        path = confine(file, (root,), "test", base=root)  # a worktree: only inside it
     if not path.is_relative_to(root):
         raise InvalidInput(f"test {test!r} resolves to {path}, outside {root}.")
     if not path.exists():
