@@ -311,3 +311,19 @@ def test_short_sync_commands_are_killed_with_their_group_on_timeout(tmp_path):
     assert run_short_sync([sys.executable, "-c", code], dict(os.environ), timeout_s=3) is None
     assert not process_running(int(pid_file.read_text()))
     assert run_short_sync([sys.executable, "-c", "print('hi')"], dict(os.environ), timeout_s=30) == "hi\n"
+
+
+def test_wait_gone_waits_for_a_killed_process_and_counts_zombies_as_gone():
+    import signal
+
+    from pt2_bug_basher.runner import wait_gone
+
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    try:
+        assert wait_gone([sleeper.pid], timeout_s=0.3) == [sleeper.pid]  # alive: reported, not waited forever
+        os.kill(sleeper.pid, signal.SIGKILL)
+        assert wait_gone([sleeper.pid], timeout_s=10) == []  # a zombie nobody reaped yet is gone
+        assert sleeper.poll() == -signal.SIGKILL  # ...and was a zombie until this reap
+    finally:
+        sleeper.kill()
+        sleeper.wait()

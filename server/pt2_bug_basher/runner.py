@@ -187,6 +187,28 @@ def process_alive(pid: int) -> bool:
     return _exists(lambda: os.kill(pid, 0))
 
 
+def still_running(pid: int) -> bool:
+    """True while pid exists and is not a zombie (a SIGKILLed process dies asynchronously)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            state = fh.read().decode(errors="replace").rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    except (OSError, IndexError):
+        return process_alive(pid)
+    return state not in ("Z", "X")
+
+
+def wait_gone(pids: list[int], timeout_s: float = KILL_GRACE_S) -> list[int]:
+    """Block until every pid has died (or timeout_s passed); the survivors."""
+    deadline = time.monotonic() + timeout_s
+    survivors = [pid for pid in pids if still_running(pid)]
+    while survivors and time.monotonic() < deadline:
+        time.sleep(0.02)
+        survivors = [pid for pid in survivors if still_running(pid)]
+    return survivors
+
+
 def run_short_sync(argv: list[str], env: dict[str, str], timeout_s: float) -> str | None:
     """Run a quick helper command from synchronous code; its stdout, or None if it failed or timed out.
 
@@ -200,8 +222,9 @@ def run_short_sync(argv: list[str], env: dict[str, str], timeout_s: float) -> st
     try:
         out, _ = process.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        kill_tree(process.pid)
+        killed = kill_tree(process.pid)
         process.communicate()
+        wait_gone(killed)
         return None
     return out if process.returncode == 0 else None
 
@@ -220,7 +243,15 @@ async def _terminate(process: anyio.abc.Process) -> list[int]:
             pass
     with anyio.move_on_after(KILL_GRACE_S):
         await process.wait()
-    return sorted(set(killed) | set(victims))
+    return await _await_gone(sorted(set(killed) | set(victims)))
+
+
+async def _await_gone(pids: list[int]) -> list[int]:
+    """wait_gone for async callers: pids, once each has died or KILL_GRACE_S passed."""
+    with anyio.move_on_after(KILL_GRACE_S):
+        while any(still_running(pid) for pid in pids):
+            await anyio.sleep(0.02)
+    return pids
 
 
 ProgressCallback = Callable[[float], Awaitable[None]]
@@ -291,7 +322,7 @@ async def run_process(
                 killed = await _terminate(process)
             elif group_alive(process.pid):
                 # The child is gone; anything it left in its group (stray workers) goes too.
-                killed = kill_tree(process.pid)
+                killed = await _await_gone(kill_tree(process.pid))
             # A grandchild in another session may still hold the pipes open: stop reading soon.
             readers.cancel_scope.deadline = anyio.current_time() + KILL_GRACE_S
     except BaseException:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pt2_bug_basher.errors import InvalidInput
 from pt2_bug_basher.runner import (
-    DEFAULT_LOG_CAP, ProcessOutcome, group_alive, kill_tree, process_alive, run_process,
+    DEFAULT_LOG_CAP, ProcessOutcome, group_alive, kill_tree, process_alive, run_process, wait_gone,
 )
 from pt2_bug_basher.store import CaseRecord, Store, new_id
 
@@ -129,7 +129,7 @@ def recover_interrupted(store: Store) -> list[str]:
         if run.server_pid == os.getpid() or (run.server_pid is not None and process_alive(run.server_pid)):
             continue  # its server is still running it
         if run.pid is not None and group_alive(run.pid):
-            kill_tree(run.pid)
+            wait_gone(kill_tree(run.pid))
         store.finish_run(run.run_id, "interrupted", None, None)
         recovered.append(run.run_id)
     return recovered
