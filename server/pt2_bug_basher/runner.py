@@ -124,6 +124,12 @@ class CappedLog:
         self._tail = bytearray()
 
 
+def _proc_stat(pid: int) -> list[str]:
+    """The fields of /proc/<pid>/stat after the command name: [state, ppid, pgrp, ...] (Linux)."""
+    with open(f"/proc/{pid}/stat", "rb") as fh:
+        return fh.read().decode(errors="replace").rsplit(")", 1)[1].split()
+
+
 def _descendants(root_pid: int) -> list[int]:
     """Every live descendant of root_pid, read from /proc (Linux); empty elsewhere."""
     children: dict[int, list[int]] = {}
@@ -135,9 +141,7 @@ def _descendants(root_pid: int) -> list[int]:
         if not entry.isdigit():
             continue
         try:
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                stat = fh.read().decode(errors="replace")
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            ppid = int(_proc_stat(int(entry))[1])
         except (OSError, ValueError, IndexError):
             continue
         children.setdefault(ppid, []).append(int(entry))
@@ -190,8 +194,7 @@ def process_alive(pid: int) -> bool:
 def still_running(pid: int) -> bool:
     """True while pid exists and is not a zombie (a SIGKILLed process dies asynchronously)."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            state = fh.read().decode(errors="replace").rsplit(")", 1)[1].split()[0]
+        state = _proc_stat(pid)[0]
     except FileNotFoundError:
         return False
     except (OSError, IndexError):
@@ -243,15 +246,16 @@ async def _terminate(process: anyio.abc.Process) -> list[int]:
             pass
     with anyio.move_on_after(KILL_GRACE_S):
         await process.wait()
-    return await _await_gone(sorted(set(killed) | set(victims)))
+    hit = sorted(set(killed) | set(victims))
+    await _await_gone(hit)
+    return hit
 
 
-async def _await_gone(pids: list[int]) -> list[int]:
-    """wait_gone for async callers: pids, once each has died or KILL_GRACE_S passed."""
+async def _await_gone(pids: list[int]) -> None:
+    """wait_gone for async callers: returns once each pid has died or KILL_GRACE_S passed."""
     with anyio.move_on_after(KILL_GRACE_S):
         while any(still_running(pid) for pid in pids):
             await anyio.sleep(0.02)
-    return pids
 
 
 ProgressCallback = Callable[[float], Awaitable[None]]
@@ -322,7 +326,8 @@ async def run_process(
                 killed = await _terminate(process)
             elif group_alive(process.pid):
                 # The child is gone; anything it left in its group (stray workers) goes too.
-                killed = await _await_gone(kill_tree(process.pid))
+                killed = kill_tree(process.pid)
+                await _await_gone(killed)
             # A grandchild in another session may still hold the pipes open: stop reading soon.
             readers.cancel_scope.deadline = anyio.current_time() + KILL_GRACE_S
     except BaseException:
