@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "server"))
 
-from pt2_bug_basher.classify import CATEGORIES, RULES, classify  # noqa: E402
+from pt2_bug_basher.analysis.classify import CATEGORIES, RULES, classify  # noqa: E402
 
 CORPUS = ROOT / "tests" / "data" / "corpus"
 SEVEN = {"graph_break", "backend_compiler_failed", "recompile", "accuracy", "dynamo_internal",

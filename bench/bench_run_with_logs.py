@@ -20,10 +20,10 @@ from pathlib import Path
 import anyio
 from mcp import Client
 
-from pt2_bug_basher.app import create_server
-from pt2_bug_basher.config import ServerConfig
-from pt2_bug_basher.environment import start_case
-from pt2_bug_basher.runs import BASE_ENV
+from pt2_bug_basher.mcp_server.server import create_server
+from pt2_bug_basher.case.config import ServerConfig
+from pt2_bug_basher.execution.environment import start_case
+from pt2_bug_basher.execution.runs import BASE_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 DYNAMO_SCRIPT = ROOT / "examples" / "recompile_limit.py"
@@ -39,7 +39,7 @@ def bare(script: Path) -> float:
 async def main(runs: int, script: Path) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         config = ServerConfig(Path(tmp) / "state", ROOT, (ROOT, Path(tmp)))
-        case = await start_case(__import__("pt2_bug_basher.store", fromlist=["Store"]).Store(config.state_dir),
+        case = await start_case(__import__("pt2_bug_basher.case.store", fromlist=["Store"]).Store(config.state_dir),
                                 ROOT, python=sys.executable)
         server = create_server(config)
         async with Client(server) as client:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pt2_bug_basher.app import create_server
-from pt2_bug_basher.config import ServerConfig
+from pt2_bug_basher.mcp_server.server import create_server
+from pt2_bug_basher.case.config import ServerConfig
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO_ROOT / "examples"

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from pt2_bug_basher.app import create_server
-from pt2_bug_basher.config import ServerConfig
+from pt2_bug_basher.mcp_server.server import create_server
+from pt2_bug_basher.case.config import ServerConfig
 from torch_checkout import make_mini_repo
 
 
@@ -46,7 +46,7 @@ class Mini:
 
 def seed_reproduction(store, case_id: str, repo: Path, script: str, python: str = sys.executable) -> dict:
     """Run the repro twice and record the reproduction evidence the way run_with_logs does."""
-    from pt2_bug_basher.classify import classify
+    from pt2_bug_basher.analysis.classify import classify
 
     signatures, last = set(), None
     for _ in range(2):

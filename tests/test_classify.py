@@ -1,4 +1,4 @@
-"""Tests for pt2_bug_basher.classify: pure text, no torch import, no subprocess.
+"""Tests for pt2_bug_basher.analysis.classify: pure text, no torch import, no subprocess.
 
 The corpus (tests/data/corpus) holds real failure output: public issue excerpts and failures
 produced locally by the scripts in tests/data/corpus/scripts*. Speed is measured in
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pt2_bug_basher.classify import CATEGORIES, Classification, classify
+from pt2_bug_basher.analysis.classify import CATEGORIES, Classification, classify
 
 from corpus_samples import BY_ID, LOCAL, LOCAL_GPU, PUBLIC
 

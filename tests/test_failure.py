@@ -1,4 +1,4 @@
-"""Tests for pt2_bug_basher.failure: parsing error output into a failure record."""
+"""Tests for pt2_bug_basher.analysis.failure: parsing error output into a failure record."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pt2_bug_basher.failure import FailureRecord, is_user_path, normalise_message, parse_failure
+from pt2_bug_basher.analysis.failure import FailureRecord, is_user_path, normalise_message, parse_failure
 
 from corpus_samples import BY_ID, LOCAL, LOCAL_GPU
 

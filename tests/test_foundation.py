@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
-from pt2_bug_basher.app import create_server
-from pt2_bug_basher.config import ServerConfig
-from pt2_bug_basher.names import Step, ToolName
-from pt2_bug_basher.tools import registered_modules
-from pt2_bug_basher.workflow import STEPS, TOOL_REQUIRES
+from pt2_bug_basher.mcp_server.server import create_server
+from pt2_bug_basher.case.config import ServerConfig
+from pt2_bug_basher.domain.names import Step, ToolName
+from pt2_bug_basher.mcp_server.tools import registered_modules
+from pt2_bug_basher.case.workflow import STEPS, TOOL_REQUIRES
 
 pytestmark = pytest.mark.anyio
 
@@ -168,7 +168,7 @@ async def test_unknown_case_and_bad_waivers_are_tool_errors(server):
         assert outside.is_error and "outside the allowed roots" in outside.content[0].text
         not_python = await client.call_tool("check_env", {"python": "/bin/rm"})
         assert not_python.is_error and "does not look like a Python interpreter" in not_python.content[0].text
-        from pt2_bug_basher.environment import PROBE
+        from pt2_bug_basher.execution.environment import PROBE
 
         assert PROBE.exists()
 
@@ -258,8 +258,8 @@ def test_wheel_carries_skill_and_prompts(tmp_path):
 
 
 def test_a_later_failure_on_the_same_code_revokes_a_pass(config):
-    from pt2_bug_basher.store import Store
-    from pt2_bug_basher.workflow import Workflow
+    from pt2_bug_basher.case.store import Store
+    from pt2_bug_basher.case.workflow import Workflow
 
     store = Store(config.state_dir)
     case = store.create_case(str(config.default_repo), sys.executable, {})
@@ -299,7 +299,7 @@ async def test_a_named_env_is_found_through_conda_info(server, this_venv, monkey
 
 
 def test_short_sync_commands_are_killed_with_their_group_on_timeout(tmp_path):
-    from pt2_bug_basher.runner import run_short_sync
+    from pt2_bug_basher.execution.runner import run_short_sync
 
     from conftest import process_running
 
@@ -316,7 +316,7 @@ def test_short_sync_commands_are_killed_with_their_group_on_timeout(tmp_path):
 def test_wait_gone_waits_for_a_killed_process_and_counts_zombies_as_gone():
     import signal
 
-    from pt2_bug_basher.runner import wait_gone
+    from pt2_bug_basher.execution.runner import wait_gone
 
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
     try:

@@ -14,10 +14,10 @@ import anyio
 import pytest
 from mcp import Client
 
-from pt2_bug_basher.app import create_server
-from pt2_bug_basher.config import ServerConfig
-from pt2_bug_basher.environment import start_case
-from pt2_bug_basher.store import Store
+from pt2_bug_basher.mcp_server.server import create_server
+from pt2_bug_basher.case.config import ServerConfig
+from pt2_bug_basher.execution.environment import start_case
+from pt2_bug_basher.case.store import Store
 
 from conftest import EXAMPLES
 
@@ -104,7 +104,7 @@ async def test_launch_blocking_pins_the_async_crash_to_the_kernel(gpu_config, gp
     store = Store(gpu_config.state_dir)
     plain_err = Path(store.get_run(plain["runs"][0]["run_id"]).stderr_path).read_text()
     pinned_err = Path(store.get_run(pinned["runs"][0]["run_id"]).stderr_path).read_text()
-    from pt2_bug_basher.failure import parse_failure
+    from pt2_bug_basher.analysis.failure import parse_failure
 
     # The Python traceback printed before any abort at exit: where the error was raised.
     def raised_at(text: str):

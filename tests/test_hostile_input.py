@@ -15,10 +15,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp import Client
 
-from pt2_bug_basher.app import create_server
-from pt2_bug_basher.config import ServerConfig
-from pt2_bug_basher.environment import start_case
-from pt2_bug_basher.store import Store
+from pt2_bug_basher.mcp_server.server import create_server
+from pt2_bug_basher.case.config import ServerConfig
+from pt2_bug_basher.execution.environment import start_case
+from pt2_bug_basher.case.store import Store
 
 EXAMPLES_PER_TOOL = int(os.environ.get("PT2BB_FUZZ_EXAMPLES", "40"))
 TRIED: dict[str, int] = {}
@@ -91,7 +91,7 @@ def arguments_for(tool, strings) -> st.SearchStrategy[dict]:
 
 
 def _tool_names() -> list[str]:
-    from pt2_bug_basher.tools import registered_modules
+    from pt2_bug_basher.mcp_server.tools import registered_modules
 
     return registered_modules()
 

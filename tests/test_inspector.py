@@ -57,7 +57,7 @@ def inspect(tmp_path_factory):
 
 
 def test_inspector_lists_tools(inspect):
-    from pt2_bug_basher.tools import registered_modules
+    from pt2_bug_basher.mcp_server.tools import registered_modules
 
     rc, data = inspect("--method", "tools/list")
     assert rc == 0

@@ -14,10 +14,10 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
-from pt2_bug_basher.app import create_server
-from pt2_bug_basher.config import ServerConfig
-from pt2_bug_basher.environment import start_case
-from pt2_bug_basher.store import Store
+from pt2_bug_basher.mcp_server.server import create_server
+from pt2_bug_basher.case.config import ServerConfig
+from pt2_bug_basher.execution.environment import start_case
+from pt2_bug_basher.case.store import Store
 
 from conftest import process_running
 
@@ -148,7 +148,7 @@ async def test_corrupt_store_is_a_clear_error(workspace: Path):
     state.mkdir()
     (state / "cases.sqlite3").write_bytes(b"this is not a database" * 100)
     config = ServerConfig(state_dir=state, default_repo=workspace / "repo", allowed_roots=(workspace,))
-    from pt2_bug_basher.store import StoreError
+    from pt2_bug_basher.case.store import StoreError
 
     with pytest.raises(StoreError, match="move it aside"):
         create_server(config)

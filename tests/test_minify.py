@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
-from pt2_bug_basher.app import create_server
-from pt2_bug_basher.config import ServerConfig
+from pt2_bug_basher.mcp_server.server import create_server
+from pt2_bug_basher.case.config import ServerConfig
 
 from conftest import EXAMPLES
 
@@ -121,7 +121,7 @@ async def test_fx_minifier_on_an_accuracy_failure(module_config):
 
 
 def test_cuda_code_is_never_evaluated_in_forked_processes():
-    from pt2_bug_basher.reduction_eval import fork_unsafe
+    from pt2_bug_basher.reduce.evaluate import fork_unsafe
 
     assert fork_unsafe("x = torch.randn(8, device='cuda')")
     assert fork_unsafe("buf0 = reader.storage(None, 16384, device=device(type='cuda', index=0))")

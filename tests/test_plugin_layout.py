@@ -70,11 +70,11 @@ def test_project_mcp_json_starts_the_server(tmp_path):
 def test_readme_tool_reference_matches_tools_list():
     import subprocess
 
-    out = subprocess.run([sys.executable, "-m", "pt2_bug_basher.readme", "--check"], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "pt2_bug_basher.mcp_server.readme", "--check"], capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr
     readme = (REPO_ROOT / "README.md").read_text()
-    from pt2_bug_basher.tools import registered_modules
+    from pt2_bug_basher.mcp_server.tools import registered_modules
 
     for name in registered_modules():
         assert f"| `{name}` |" in readme

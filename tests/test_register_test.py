@@ -9,7 +9,7 @@ import pytest
 from mcp import Client
 
 from conftest_checkout import LARGE_TEST, Mini, mini  # noqa: F401  (fixture)
-from pt2_bug_basher.testing import check_test_file, split_test_name, topical_problem
+from pt2_bug_basher.execution.pytest_runs import check_test_file, split_test_name, topical_problem
 from torch_checkout import add_test
 
 pytestmark = pytest.mark.anyio

@@ -18,13 +18,13 @@ import anyio
 import pytest
 from mcp import Client
 
-from pt2_bug_basher.app import create_server
-from pt2_bug_basher.cli import main
-from pt2_bug_basher.config import ServerConfig
-from pt2_bug_basher.environment import start_case
-from pt2_bug_basher.report import build_report, md_code, md_text, render_html, render_markdown
-from pt2_bug_basher.store import Store
-from pt2_bug_basher.workflow import STEPS
+from pt2_bug_basher.mcp_server.server import create_server
+from pt2_bug_basher.cli.main import main
+from pt2_bug_basher.case.config import ServerConfig
+from pt2_bug_basher.execution.environment import start_case
+from pt2_bug_basher.report.build import build_report, md_code, md_text, render_html, render_markdown
+from pt2_bug_basher.case.store import Store
+from pt2_bug_basher.case.workflow import STEPS
 
 SCREENSHOTS = Path(__file__).parent / "screenshots"
 HOSTILE = "<script>alert('pwned')</script><img src=x onerror=alert(1)>"

@@ -10,10 +10,10 @@ import anyio
 import pytest
 from mcp import Client
 
-from pt2_bug_basher.app import create_server
-from pt2_bug_basher.config import ServerConfig
-from pt2_bug_basher.environment import start_case
-from pt2_bug_basher.store import Store
+from pt2_bug_basher.mcp_server.server import create_server
+from pt2_bug_basher.case.config import ServerConfig
+from pt2_bug_basher.execution.environment import start_case
+from pt2_bug_basher.case.store import Store
 
 from conftest import EXAMPLES
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from pt2_bug_basher.runner import CappedLog, run_process
+from pt2_bug_basher.execution.runner import CappedLog, run_process
 
 pytestmark = pytest.mark.anyio
 

@@ -11,8 +11,8 @@ import pytest
 from mcp import Client
 
 from conftest_checkout import LARGE_TEST, Mini, mini, mini_branch_bug, seed_test  # noqa: F401  (fixtures)
-from pt2_bug_basher import worktrees
-from pt2_bug_basher.errors import InvalidInput
+from pt2_bug_basher.execution import worktrees
+from pt2_bug_basher.domain.errors import InvalidInput
 from torch_checkout import add_test, git, git_init
 
 pytestmark = pytest.mark.anyio
@@ -165,7 +165,7 @@ async def test_changes_in_a_worktree_are_not_clobbered(mini: Mini):
 def test_build_outputs_are_linked_not_copied(tmp_path: Path):
     """A develop-build layout: the worktree imports its own torch sources, with the primary
     checkout's untracked build outputs linked in."""
-    from pt2_bug_basher.store import Store
+    from pt2_bug_basher.case.store import Store
 
     repo = tmp_path / "repo"
     (repo / "torch" / "_dynamo").mkdir(parents=True)

@@ -1,4 +1,4 @@
-from pt2_bug_basher.cli import main
+from pt2_bug_basher.cli.main import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from pt2_bug_basher.errors import NotFound
+from pt2_bug_basher.domain.errors import NotFound
 
 _PACKAGED = Path(__file__).parent / "_data"
 _CHECKOUT = Path(__file__).resolve().parents[2]

@@ -1,0 +1,268 @@
+"""The debugging method as one declarative table, and the gates derived from it.
+
+A step is complete when the server holds passing evidence for it (observed by the server itself)
+or an explicit waiver. Evidence for a step marked `current_tree` counts only while the repository
+is in the state the evidence was taken on. Evidence for a step is stale when a step it builds on
+got newer evidence since (a new test invalidates the check on main).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from pydantic import BaseModel, Field
+
+from pt2_bug_basher.domain.errors import GateClosed, InvalidInput
+from pt2_bug_basher.domain.names import Step, ToolName
+from pt2_bug_basher.case.store import EvidenceRecord, Store, WaiverRecord
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    step: Step
+    number: int
+    title: str
+    tool: ToolName | None
+    opens_with: str
+    """The exact call that produces this step's evidence, with {case_id} filled in."""
+    current_tree: bool = False
+    rebased_on: tuple[Step, ...] = ()
+    """Evidence older than the latest evidence of these steps no longer counts."""
+    waivable: bool = True
+    observed: bool = True
+    """False for steps only the agent can do (root cause, fix); they carry no gate."""
+
+
+STEPS: tuple[StepSpec, ...] = (
+    StepSpec(Step.environment, 1, "Check the environment", ToolName.check_env,
+             'check_env(conda_env="<env>")', waivable=False),
+    StepSpec(Step.reproduce, 2, "Reproduce reliably (same failure on every run)", ToolName.run_with_logs,
+             'run_with_logs(case_id="{case_id}", script="<repro.py>", repeat=2)'),
+    StepSpec(Step.reduce, 3, "Reduce to a minimal standalone repro", ToolName.minify,
+             'minify(case_id="{case_id}", script="<repro.py>", mode="auto")'),
+    StepSpec(Step.test, 4, "Register a failing unit test in a topical test file", ToolName.register_test,
+             'register_test(case_id="{case_id}", test_file="test/<area>/test_<topic>.py", test_name="<TestClass.test_name>")'),
+    StepSpec(Step.main_check, 5, "Confirm the test fails on main in a worktree", ToolName.make_worktree,
+             'make_worktree(case_id="{case_id}", action="create", ref="main")', rebased_on=(Step.test,)),
+    StepSpec(Step.logs, 6, "Collect logs (TORCH_LOGS)", ToolName.run_with_logs,
+             'run_with_logs(case_id="{case_id}", script="<repro.py>", logs="<preset>")'),
+    StepSpec(Step.classify, 7, "Classify the failure", ToolName.classify_error,
+             'classify_error(case_id="{case_id}", run_id="<run_id>")'),
+    StepSpec(Step.artifacts, 8, "Inspect TORCH_COMPILE_DEBUG artifacts", ToolName.collect_debug_artifacts,
+             'collect_debug_artifacts(case_id="{case_id}", script="<repro.py>")'),
+    StepSpec(Step.root_cause, 9, "Find the root cause", None, "read the code the artifacts point at", observed=False),
+    StepSpec(Step.fix, 10, "Fix it", None, "edit the source in the repository", observed=False),
+    StepSpec(Step.verify, 11, "Verify: the new test and nearby tests pass", ToolName.run_tests,
+             'run_tests(case_id="{case_id}", tests=["<registered test>", "<nearby tests>"])', current_tree=True),
+    StepSpec(Step.review, 12, "Self-review the change", ToolName.review_changes,
+             'review_changes(case_id="{case_id}")', current_tree=True, rebased_on=(Step.verify,)),
+    StepSpec(Step.celebrate, 13, "Celebrate", ToolName.celebrate,
+             'celebrate(case_id="{case_id}", root_cause="...", fix_summary="...")', current_tree=True,
+             waivable=False),
+)
+
+SPEC: dict[Step, StepSpec] = {spec.step: spec for spec in STEPS}
+
+# What each gated tool requires before it runs. Tools absent here run without a gate.
+TOOL_REQUIRES: dict[ToolName, tuple[Step, ...]] = {
+    ToolName.run_with_logs: (Step.environment,),
+    ToolName.localize: (Step.environment, Step.reproduce),
+    ToolName.minify: (Step.environment, Step.reproduce),
+    ToolName.register_test: (Step.environment, Step.reproduce, Step.reduce),
+    ToolName.make_worktree: (Step.environment, Step.test),
+    ToolName.collect_debug_artifacts: (Step.environment, Step.test, Step.main_check),
+    ToolName.run_tests: (Step.environment, Step.test),
+    ToolName.review_changes: (Step.environment, Step.test, Step.main_check, Step.verify),
+    ToolName.celebrate: (Step.environment, Step.test, Step.main_check, Step.verify, Step.review),
+}
+
+
+class StepStatus(BaseModel):
+    number: int
+    step: Step
+    title: str
+    status: str = Field(description="done, waived, stale (code changed since), failed, stopped, pending or agent")
+    evidence: str | None = Field(None, description="what the server observed, in one line")
+    run_id: str | None = None
+    tool_call: str = Field(description="the call that completes this step")
+
+
+class Waiver(BaseModel):
+    step: Step
+    reason: str
+
+
+class CaseStatus(BaseModel):
+    case_id: str
+    repo: str
+    python: str
+    steps: list[StepStatus]
+    waivers: list[Waiver]
+    stopped: str | None = Field(None, description="why the case is stopped, if it is")
+    next_step: str
+
+
+STOPPED_MAIN = (
+    "the registered test passes on {ref}: the test may not capture the bug, or it is already fixed there. "
+    "Register a new test with register_test(...) that fails, or, if you are sure, "
+    'waive_step(case_id="{case_id}", step="main_check", reason="...").'
+)
+
+TreeHashFn = Callable[[], str]
+
+
+class Workflow:
+    """Evaluates a case's steps from the store; tree_hash is computed lazily, at most once."""
+
+    def __init__(self, store: Store, case_id: str, tree_hash: TreeHashFn) -> None:
+        self.store = store
+        self.case = store.get_case(case_id)
+        self._tree_hash_fn = tree_hash
+        self._tree_hash: str | None = None
+        self._evidence = store.evidence(case_id)
+        self._waivers = store.waivers(case_id)
+
+    @property
+    def tree_hash(self) -> str:
+        if self._tree_hash is None:
+            self._tree_hash = self._tree_hash_fn()
+        return self._tree_hash
+
+    def latest(self, step: Step) -> EvidenceRecord | None:
+        for record in reversed(self._evidence):
+            if record.step == step.value:
+                return record
+        return None
+
+    def latest_ok(self, step: Step) -> EvidenceRecord | None:
+        for record in reversed(self._evidence):
+            if record.step == step.value and record.ok:
+                return record
+        return None
+
+    def waiver(self, step: Step) -> WaiverRecord | None:
+        for waiver in reversed(self._waivers):
+            if waiver.step == step.value:
+                return waiver
+        return None
+
+    def _rebased(self, spec: StepSpec, record: EvidenceRecord) -> bool:
+        for base in spec.rebased_on:
+            newest = self.latest(base)
+            if newest is not None and newest.id > record.id:
+                return True
+        return False
+
+    def stopped(self) -> str | None:
+        spec = SPEC[Step.main_check]
+        record = self.latest(Step.main_check)
+        if record is None or record.ok or self._rebased(spec, record) or self.waiver(Step.main_check):
+            return None
+        ref = record.data.get("ref", "main")
+        return STOPPED_MAIN.format(ref=ref, case_id=self.case.case_id)
+
+    def repro_script(self) -> str | None:
+        good = self.latest_ok(Step.reproduce)
+        return good.data.get("script") if good is not None else None
+
+    def step_status(self, spec: StepSpec) -> StepStatus:
+        call = spec.opens_with.format(case_id=self.case.case_id)
+        script = self.repro_script()
+        if script:
+            call = call.replace("<repro.py>", script)
+        status = StepStatus(number=spec.number, step=spec.step, title=spec.title, status="pending", tool_call=call)
+        if not spec.observed:
+            status.status = "agent"
+            return status
+        latest = self.latest(spec.step)
+        good = self.latest_ok(spec.step)
+        if good is not None and self._rebased(spec, good):
+            good = None
+        if good is not None and spec.current_tree and latest is not None and latest.id > good.id \
+                and latest.tree_hash == self.tree_hash and not self._rebased(spec, latest):
+            good = None  # a later failure on this same code revokes the earlier pass (a flaky test)
+        if good is not None:
+            status.evidence, status.run_id = good.summary, good.run_id
+            if spec.current_tree and good.tree_hash != self.tree_hash:
+                status.status = "stale"
+                status.evidence = f"{good.summary} (on an earlier state of the code; the tree changed since)"
+            else:
+                status.status = "done"
+        elif latest is not None and not self._rebased(spec, latest):
+            status.evidence, status.run_id = latest.summary, latest.run_id
+            status.status = "stopped" if spec.step == Step.main_check else "failed"
+        if status.status != "done" and self.waiver(spec.step) is not None:
+            status.status = "waived"
+            status.evidence = f"waived: {self.waiver(spec.step).reason}"  # type: ignore[union-attr]
+        return status
+
+    def is_complete(self, step: Step) -> bool:
+        return self.step_status(SPEC[step]).status in ("done", "waived")
+
+    def require(self, tool: ToolName) -> None:
+        """Raise GateClosed naming the first missing step and the exact call that opens it."""
+        for step in TOOL_REQUIRES.get(tool, ()):
+            status = self.step_status(SPEC[step])
+            if status.status in ("done", "waived"):
+                continue
+            if step == Step.main_check and status.status == "stopped":
+                raise GateClosed(f"{tool.value} refused: the case is stopped — " + (self.stopped() or ""))
+            why = {
+                "stale": "its evidence was taken on an earlier state of the code and the tree has changed since",
+                "failed": f"its last attempt did not succeed ({status.evidence})",
+                "pending": "it has not been done",
+            }.get(status.status, status.status)
+            hint = f"; or, with a reason, waive_step(case_id=\"{self.case.case_id}\", step=\"{step.value}\", reason=\"...\")" if SPEC[step].waivable else ""
+            raise GateClosed(
+                f"{tool.value} refused: step {SPEC[step].number} '{SPEC[step].title}' is not complete — {why}. "
+                f"Next call: {status.tool_call}{hint}"
+            )
+
+    def status(self) -> CaseStatus:
+        steps = [self.step_status(spec) for spec in STEPS]
+        stopped = self.stopped()
+        return CaseStatus(
+            case_id=self.case.case_id,
+            repo=self.case.repo,
+            python=self.case.python,
+            steps=steps,
+            waivers=[Waiver(step=Step(w.step), reason=w.reason) for w in self._waivers],
+            stopped=stopped,
+            next_step=stopped or self._next(steps),
+        )
+
+    def _next(self, steps: list[StepStatus]) -> str:
+        for status in steps:
+            if status.status in ("done", "waived"):
+                continue
+            if status.status == "agent":
+                # Steps 9 and 10 are the agent's; verification is the next observable step.
+                continue
+            if status.step == Step.verify and status.status == "pending":
+                return (
+                    "Find the root cause from the artifacts and logs, fix it in the repository, then: "
+                    + status.tool_call
+                )
+            return f"Step {status.number} ({status.title}): {status.tool_call}"
+        return "All steps are complete. Well done."
+
+
+def waive(store: Store, case_id: str, step: str, reason: str) -> WaiverRecord:
+    try:
+        parsed = Step(step)
+    except ValueError as exc:
+        names = ", ".join(s.value for s in Step)
+        raise InvalidInput(f"unknown step {step!r}; steps are: {names}") from exc
+    spec = SPEC[parsed]
+    if not spec.waivable:
+        raise InvalidInput(f"step {parsed.value!r} cannot be waived: the server must observe it itself.")
+    if not spec.observed:
+        raise InvalidInput(f"step {parsed.value!r} is the agent's own work and has no gate to waive.")
+    reason = reason.strip()
+    if len(reason) < 10:
+        raise InvalidInput("a waiver needs a reason of at least 10 characters saying why the step does not apply.")
+    if len(reason) > 2000:
+        raise InvalidInput("keep the waiver reason under 2000 characters.")
+    store.get_case(case_id)
+    return store.add_waiver(case_id, parsed.value, reason)

@@ -1,0 +1,135 @@
+"""Recorded runs: every process a tool starts for a case goes through here.
+
+Each run gets a run_id, its logs under the case's state directory, and a row in the store with
+its command line, environment additions, exit status and timings. Progress is reported while it
+runs; runs left 'running' by a server that died are marked interrupted at the next start.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from pt2_bug_basher.domain.errors import InvalidInput
+from pt2_bug_basher.execution.runner import (
+    DEFAULT_LOG_CAP, ProcessOutcome, group_alive, kill_tree, process_alive, run_process, wait_gone,
+)
+from pt2_bug_basher.case.store import CaseRecord, Store, new_id
+
+DEFAULT_TIMEOUT_S = 600.0
+MAX_TIMEOUT_S = 4 * 3600.0
+PROGRESS_INTERVAL_S = 5.0
+# Always set for runs: unbuffered output streams as it happens; faulthandler gives crashes a stack.
+BASE_ENV = {"PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"}
+_ENV_NAME_CHARS = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+_PROTECTED_ENV = {"LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONHOME"}
+
+ProgressFn = Callable[[str], Awaitable[None]]
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    outcome: ProcessOutcome
+    env_add: dict[str, str]
+    stdout_path: Path
+    stderr_path: Path
+
+    def stderr_text(self, limit: int = DEFAULT_LOG_CAP) -> str:
+        return _read_tail(self.stderr_path, limit)
+
+    def stdout_text(self, limit: int = DEFAULT_LOG_CAP) -> str:
+        return _read_tail(self.stdout_path, limit)
+
+
+def _read_tail(path: Path, limit: int) -> str:
+    try:
+        with open(path, "rb") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, size - limit))
+            return fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def check_timeout(timeout_s: float | None) -> float:
+    if timeout_s is None:
+        return DEFAULT_TIMEOUT_S
+    if not (timeout_s > 0) or timeout_s > MAX_TIMEOUT_S:
+        raise InvalidInput(f"timeout_s must be between 0 and {MAX_TIMEOUT_S:.0f} seconds, not {timeout_s}.")
+    return float(timeout_s)
+
+
+def check_env_additions(env: dict[str, str] | None) -> dict[str, str]:
+    """Validate caller-supplied environment variables: plain names, no NULs, nothing that hijacks the loader."""
+    env = dict(env or {})
+    if len(env) > 200:
+        raise InvalidInput("pass at most 200 environment variables.")
+    for name, value in env.items():
+        if not name or name[0].isdigit() or not set(name) <= _ENV_NAME_CHARS or len(name) > 200:
+            raise InvalidInput(f"environment variable name {name!r} is not valid: use letters, digits and _.")
+        if name in _PROTECTED_ENV:
+            raise InvalidInput(f"{name} cannot be set through a tool; set it in the environment the server runs in.")
+        if not isinstance(value, str) or "\x00" in value or len(value) > 32768:
+            raise InvalidInput(f"the value of {name} must be a string under 32 KiB without NUL bytes.")
+    return env
+
+
+async def execute(
+    store: Store,
+    case: CaseRecord,
+    argv: list[str],
+    *,
+    tool: str,
+    cwd: Path,
+    env_add: dict[str, str] | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    progress: ProgressFn | None = None,
+    label: str = "run",
+    log_cap: int = DEFAULT_LOG_CAP,
+) -> RunResult:
+    """Run argv for a case, recording it in the store; the caller parses the logs."""
+    run_id = new_id("run")
+    run_dir = store.case_dir(case.case_id) / "runs" / run_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    stdout_path, stderr_path = run_dir / "stdout.log", run_dir / "stderr.log"
+    additions = {**BASE_ENV, **(env_add or {})}
+    environ = {**os.environ, **additions}
+    store.start_run(
+        case.case_id, tool, argv, str(cwd), additions, str(stdout_path), str(stderr_path), os.getpid(), run_id=run_id
+    )
+
+    async def tick(elapsed: float) -> None:
+        if progress is not None:
+            await progress(f"{label}: running for {elapsed:.0f}s")
+
+    try:
+        outcome = await run_process(
+            argv, cwd=cwd, env=environ, timeout_s=timeout_s, stdout_path=stdout_path, stderr_path=stderr_path,
+            log_cap=log_cap, on_start=lambda pid: store.set_run_pid(run_id, pid), on_progress=tick,
+            progress_interval_s=PROGRESS_INTERVAL_S,
+        )
+    except BaseException:
+        store.finish_run(run_id, "cancelled", None, None)
+        raise
+    store.finish_run(run_id, outcome.status, outcome.exit_code, outcome.signal_name)
+    return RunResult(run_id, outcome, additions, stdout_path, stderr_path)
+
+
+def python_argv(case: CaseRecord, script: Path, args: list[str] | None = None) -> list[str]:
+    return [case.python, str(script), *(args or [])]
+
+
+def recover_interrupted(store: Store) -> list[str]:
+    """Mark runs whose server died as interrupted and kill what is left of their process groups."""
+    recovered = []
+    for run in store.running_runs():
+        if run.server_pid == os.getpid() or (run.server_pid is not None and process_alive(run.server_pid)):
+            continue  # its server is still running it
+        if run.pid is not None and group_alive(run.pid):
+            wait_gone(kill_tree(run.pid))
+        store.finish_run(run.run_id, "interrupted", None, None)
+        recovered.append(run.run_id)
+    return recovered

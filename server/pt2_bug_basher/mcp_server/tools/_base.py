@@ -1,0 +1,49 @@
+"""Shared glue for the tool modules: error translation and annotations."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable
+from typing import ParamSpec, TypeVar
+
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver import Context
+from mcp_types import ToolAnnotations
+
+from pt2_bug_basher.domain.errors import BugBasherError
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def tool_errors(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+    """Anticipated failures become tool errors whose message reaches the model."""
+
+    @functools.wraps(fn)
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return await fn(*args, **kwargs)
+        except BugBasherError as exc:
+            raise ToolError(str(exc)) from exc
+
+    return wrapper
+
+
+READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
+RECORDS = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False)
+RUNS_CODE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=True)
+
+
+def progress_reporter(ctx: Context) -> Callable[[str], Awaitable[None]]:
+    """A progress callback for runs: every call sends a notification with a rising counter."""
+    count = 0
+
+    async def report(message: str) -> None:
+        nonlocal count
+        count += 1
+        try:
+            await ctx.report_progress(count, None, message)
+        except Exception:  # a client that went away must not kill the run's bookkeeping
+            pass
+
+    return report

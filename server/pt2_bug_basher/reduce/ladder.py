@@ -1,0 +1,353 @@
+"""Step 3: localise (the backend ablation ladder) and the shared parts of minification.
+
+The case's failure is what the reproduction step recorded (its signature, category, exception
+type and message). Every run here is judged against it with the same verdict logic as
+run_with_logs (`repro.RunVerdict`), then compared at the strictest level that can hold:
+
+* ``signature``  — the exact failure signature (exception, message, user and torch frames);
+* ``exception``  — same exception type and the same normalised message, once backend names and
+  quoting are taken out (the torch frame differs between backends, a minified repro has other
+  frames);
+* ``category``   — only for accuracy failures, whose checker differs between a user script
+  (assert_close) and PyTorch's repro (AccuracyError): same category.
+
+The comparison used is always reported.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+from pydantic import BaseModel, Field
+
+from pt2_bug_basher.domain.errors import InvalidInput
+from pt2_bug_basher.domain.names import Step
+from pt2_bug_basher.execution.runner import ProcessOutcome
+from pt2_bug_basher.execution.runs import BASE_ENV, RunResult, execute
+from pt2_bug_basher.case.store import CaseRecord, Store
+
+PROBES = Path(__file__).resolve().parents[1] / "_probes"
+LAUNCHER = PROBES / "launcher.py"
+LAUNCHER_MARK = "PT2BB-LAUNCHER:"
+BACKENDS = ("eager", "aot_eager", "aot_eager_decomp_partition", "inductor")
+LOCALIZE_KV = "localize:{case_id}"
+
+# --------------------------------------------------------------------------------------------
+# The case's reference failure
+
+
+@dataclass
+class Reference:
+    case_id: str
+    script: Path
+    args: list[str]
+    signature: str | None
+    category: str
+    exception_type: str | None
+    message: str | None
+    env: dict[str, str]
+    """environment additions the reproduction ran with (TORCH_LOGS, the user's env), BASE_ENV removed"""
+    duration_s: float
+    run_ids: list[str]
+
+    @property
+    def key(self) -> str:
+        return exception_key(self.exception_type, self.message)
+
+    @property
+    def soft(self) -> bool:
+        """A failure that only shows in logs (graph breaks with exit 0)."""
+        return bool(self.signature and self.signature.startswith("graph_breaks|"))
+
+
+def load_reference(store: Store, case: CaseRecord) -> Reference:
+    records = [r for r in store.evidence(case.case_id, Step.reproduce.value) if r.ok]
+    if not records:
+        raise InvalidInput(
+            f"case {case.case_id} has no successful reproduction: run "
+            f'run_with_logs(case_id="{case.case_id}", script="<repro.py>", repeat=2) first.'
+        )
+    record = records[-1]
+    data = record.data
+    env: dict[str, str] = {}
+    durations: list[float] = []
+    for run_id in data.get("run_ids") or []:
+        try:
+            run = store.get_run(run_id, case.case_id)
+        except Exception:  # noqa: BLE001 - a missing run only loses its timing
+            continue
+        if not env:
+            env = {k: v for k, v in run.env.items() if k not in BASE_ENV}
+        if run.ended_at:
+            durations.append(run.ended_at - run.started_at)
+    return Reference(
+        case_id=case.case_id, script=Path(data["script"]), args=list(data.get("args") or []),
+        signature=data.get("signature"), category=data.get("category") or "unknown",
+        exception_type=data.get("exception_type"), message=data.get("message"), env=env,
+        duration_s=max(durations) if durations else 30.0, run_ids=list(data.get("run_ids") or []),
+    )
+
+
+_BACKEND_WORDS = re.compile(
+    r"\b(?:aot_eager_decomp_partition|aot_eager|aot_inductor|inductor|eager|cudagraphs|"
+    r"relu_\w+_TESTING_ONLY)\b"
+)
+
+
+def exception_key(exception_type: str | None, message: str | None) -> str:
+    """Exception type (last component) + the first line of the normalised message, backend names out."""
+    from pt2_bug_basher.analysis.failure import normalise_message
+
+    first = ""
+    for line in (message or "").splitlines():
+        if line.strip():
+            first = line
+            break
+    norm = normalise_message(first)
+    norm = _BACKEND_WORDS.sub("<backend>", norm)
+    norm = re.sub(r"['\"`]", "", norm)[:200]
+    kind = (exception_type or "").rsplit(".", 1)[-1]
+    return f"{kind}|{norm}"
+
+
+# --------------------------------------------------------------------------------------------
+# Verdicts
+
+
+class Verdict(BaseModel):
+    failed: bool
+    signature: str | None = None
+    category: str | None = None
+    exception_type: str | None = None
+    message: str | None = None
+    exit_code: int | None = None
+    signal: str | None = None
+    timed_out: bool = False
+    graph_break_reasons: list[str] = Field(default_factory=list)
+
+    @property
+    def key(self) -> str:
+        return exception_key(self.exception_type, self.message)
+
+
+def verdict_of(result: RunResult) -> Verdict:
+    """The failure a run shows, by run_with_logs' own rules."""
+    from pt2_bug_basher.analysis.failure import normalise_message
+    from pt2_bug_basher.execution.repro import RunVerdict
+
+    parsed = RunVerdict(result)
+    f = parsed.classification.failure
+    outcome = result.outcome
+    return Verdict(
+        failed=parsed.failed, signature=parsed.signature, category=parsed.classification.category,
+        exception_type=f.exception_type if f else None, message=(f.message or "")[:2000] if f else None,
+        exit_code=outcome.exit_code, signal=outcome.signal_name, timed_out=outcome.timed_out,
+        graph_break_reasons=sorted({normalise_message(b.reason)[:120] for b in parsed.logs.graph_breaks}),
+    )
+
+
+def _soft_reasons(signature: str | None) -> set[str]:
+    if not signature or not signature.startswith("graph_breaks|"):
+        return set()
+    return {part.rsplit("@", 1)[0] for part in signature[len("graph_breaks|"):].split(";") if part}
+
+
+def compare(verdict: Verdict, ref: Reference, *, allow_category: bool = False) -> str | None:
+    """How the verdict matches the case's failure: 'signature', 'exception', 'category' or None."""
+    if not verdict.failed or verdict.timed_out:
+        return None
+    if ref.signature and verdict.signature == ref.signature:
+        return "signature"
+    if ref.soft:
+        wanted = _soft_reasons(ref.signature)
+        if wanted and wanted <= set(verdict.graph_break_reasons):
+            return "exception"
+        return None
+    if (ref.signature or "").startswith("SIG") or ref.exception_type is None:
+        # crashes by signal: the signal itself, same category
+        if verdict.signal and ref.signature and ref.signature.startswith(verdict.signal):
+            return "exception"
+        if ref.exception_type is None and verdict.exception_type is None and ref.message and verdict.message:
+            if exception_key(None, ref.message) == exception_key(None, verdict.message):
+                return "exception"
+        return None
+    if verdict.exception_type and verdict.key == ref.key:
+        return "exception"
+    if allow_category and ref.category == "accuracy" and verdict.category == "accuracy":
+        return "category"
+    return None
+
+
+def describe(verdict: Verdict) -> str:
+    if verdict.timed_out:
+        return "timed out"
+    if not verdict.failed:
+        return "passes"
+    return verdict.signature or verdict.category or "failed"
+
+
+def fake_result(run_id: str, outcome: ProcessOutcome, stdout: Path, stderr: Path) -> RunResult:
+    return RunResult(run_id, outcome, {}, stdout, stderr)
+
+
+def run_timeout(ref: Reference, factor: float = 4.0, floor: float = 60.0) -> float:
+    """A candidate that runs much longer than the original is killed."""
+    return max(floor, factor * ref.duration_s + 20.0)
+
+
+def cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+# --------------------------------------------------------------------------------------------
+# localize: the backend ablation ladder
+
+
+class LadderRow(BaseModel):
+    backend: str
+    dynamic: str = Field(description="'script' (as the script sets it), 'True' or 'False'")
+    outcome: str = Field(description="same failure, different failure, passes, timeout, not compiled")
+    match: str | None = Field(None, description="signature or exception: how it matched the case's failure")
+    failure: str | None = None
+    run_id: str
+    seconds: float
+
+
+class LocalizeResult(BaseModel):
+    case_id: str
+    script: str
+    case_signature: str | None
+    table: list[LadderRow]
+    first_failing: str | None = Field(None, description="the lowest backend that fails the case's way")
+    layer: str = Field(description="where the bug lives, from the ladder")
+    meaning: str
+    dynamic_shapes: str | None = Field(None, description="what the dynamic=False/True rungs say")
+    comparison: str = Field(description="how outcomes were compared with the case's failure")
+    minifier: str = Field(description="the minify call that fits this layer")
+    notes: list[str] = Field(default_factory=list)
+    next_step: str
+
+
+_MEANING = {
+    "eager": ("Dynamo", "it fails with backend='eager', which runs the captured graph as is: the bug is in "
+              "Dynamo (tracing, graph breaks, guards, bytecode), not in any compiler behind it."),
+    "aot_eager": ("AOTAutograd", "eager passes but aot_eager fails: the bug is in AOTAutograd "
+                  "(functionalization, tracing to ATen, the joint graph, input mutations or aliasing)."),
+    "aot_eager_decomp_partition": ("decompositions", "aot_eager passes but aot_eager_decomp_partition fails: "
+                                   "a decomposition (or the min-cut partitioner) Inductor uses is wrong."),
+    "inductor": ("Inductor", "only backend='inductor' fails: the bug is in Inductor (lowering, scheduling, "
+                 "code generation or the generated kernel)."),
+}
+
+
+def _outcome(verdict: Verdict, match: str | None, compiled: bool) -> str:
+    if verdict.timed_out:
+        return "timeout"
+    if match:
+        return "same failure"
+    if verdict.failed:
+        return "different failure"
+    return "passes" if compiled else "not compiled"
+
+
+async def localize(
+    store: Store, case: CaseRecord, ref: Reference, script: Path, *, progress, cwd: Path | None = None,
+) -> LocalizeResult:
+    timeout = run_timeout(ref)
+    limiter = anyio.CapacityLimiter(cores())
+
+    async def rung(backend: str, dynamic: str) -> LadderRow:
+        argv = [case.python, str(LAUNCHER), "--backend", backend]
+        if dynamic != "script":
+            argv += ["--dynamic", dynamic.lower()]
+        argv += ["--", str(script), *ref.args]
+        async with limiter:
+            started = time.monotonic()
+            result = await execute(store, case, argv, tool="localize", cwd=cwd or script.parent, env_add=ref.env,
+                                   timeout_s=timeout, progress=progress,
+                                   label=f"localize backend={backend} dynamic={dynamic}")
+        verdict = verdict_of(result)
+        compiled = LAUNCHER_MARK in result.stderr_text(4 * 1024 * 1024)
+        match = compare(verdict, ref, allow_category=True)
+        row = LadderRow(backend=backend, dynamic=dynamic, outcome=_outcome(verdict, match, compiled), match=match,
+                        failure=None if not verdict.failed else describe(verdict)[:300], run_id=result.run_id,
+                        seconds=round(time.monotonic() - started, 1))
+        await progress(f"localize: backend={backend} dynamic={dynamic}: {row.outcome}")
+        return row
+
+    rows: dict[tuple[str, str], LadderRow] = {}
+
+    async def put(backend: str, dynamic: str) -> None:
+        rows[(backend, dynamic)] = await rung(backend, dynamic)
+
+    await progress(f"localize: {len(BACKENDS)} backends, {limiter.total_tokens:.0f} at a time")
+    async with anyio.create_task_group() as group:
+        for backend in BACKENDS:
+            group.start_soon(put, backend, "script")
+    table = [rows[(b, "script")] for b in BACKENDS]
+    first = next((r.backend for r in table if r.outcome == "same failure"), None)
+    notes: list[str] = []
+    dynamic_text = None
+    if first is not None:
+        async with anyio.create_task_group() as group:
+            for dyn in ("False", "True"):
+                group.start_soon(put, first, dyn)
+        static, dynamic = rows[(first, "False")], rows[(first, "True")]
+        table += [static, dynamic]
+        if static.outcome != "same failure" and dynamic.outcome == "same failure":
+            dynamic_text = ("fixed by static shapes (dynamic=False passes, dynamic=True fails): the bug is in "
+                            "dynamic-shape handling (symbolic sizes, guards on them, or their codegen).")
+        elif static.outcome == "same failure" and dynamic.outcome != "same failure":
+            dynamic_text = ("fails only with static shapes (dynamic=True " + dynamic.outcome + "): "
+                            "a specialisation on concrete sizes is involved.")
+        elif static.outcome == "same failure":
+            dynamic_text = "fails with dynamic=False and with dynamic=True: not a dynamic-shapes problem."
+        else:
+            dynamic_text = "forcing dynamic either way changes the outcome: compare the two rows."
+    if not any(r.outcome != "not compiled" for r in table):
+        notes.append("the script never called torch.compile or torch._dynamo.optimize (torch.export and "
+                     "AOTInductor calls are not swapped): the ladder does not apply; reduce the source instead.")
+    if any(r.outcome == "different failure" for r in table):
+        notes.append("'different failure' rows fail, but not the case's way: compare them before trusting the "
+                     "layer (a lower backend may fail earlier for another reason).")
+    matches = {r.match for r in table if r.match}
+    comparison = ("exact signature" if matches == {"signature"} else
+                  "exact signature where it holds, else exception type + normalised message with backend names "
+                  "removed" + (" (accuracy: same category)" if "category" in matches else ""))
+    cid = case.case_id
+    if first is None:
+        layer, meaning = "unknown", (
+            "no backend on the ladder fails the case's way: the failure needs the script's own backend or "
+            "options (a custom backend, mode=..., config), or does not come from compilation.")
+        minify_call = f'minify(case_id="{cid}", mode="source")'
+    else:
+        layer, meaning = _MEANING[first]
+        if first == "eager":
+            minify_call = f'minify(case_id="{cid}", mode="source")'
+        elif first == "inductor":
+            minify_call = f'minify(case_id="{cid}", mode="fx", after="aot")'
+        else:
+            minify_call = f'minify(case_id="{cid}", mode="fx", after="dynamo")'
+    result = LocalizeResult(
+        case_id=cid, script=str(script), case_signature=ref.signature, table=table, first_failing=first,
+        layer=layer, meaning=meaning, dynamic_shapes=dynamic_text, comparison=comparison, minifier=minify_call,
+        notes=notes, next_step=f"Reduce it: {minify_call} (mode=\"auto\" picks the same from this localisation).",
+    )
+    store.set_kv(LOCALIZE_KV.format(case_id=cid), json.dumps({"first_failing": first, "layer": layer,
+                                                              "signature": ref.signature}))
+    return result
+
+
+def localized(store: Store, case_id: str) -> dict[str, Any] | None:
+    raw = store.get_kv(LOCALIZE_KV.format(case_id=case_id))
+    return json.loads(raw) if raw else None

@@ -1,0 +1,286 @@
+"""minify: pick the reducer, run it within the budget, confirm the result, record the step."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import anyio
+from pydantic import BaseModel, Field
+
+from pt2_bug_basher.domain.errors import BugBasherError, InvalidInput
+from pt2_bug_basher.domain.names import Step
+from pt2_bug_basher.reduce.ladder import Reference, compare, cores, describe, localized, run_timeout, verdict_of
+from pt2_bug_basher.execution.runs import execute
+from pt2_bug_basher.case.store import CaseRecord, Store
+
+MODES = ("auto", "fx", "source")
+AFTERS = ("aot", "dynamo")
+MIN_BUDGET_S = 5.0
+MAX_BUDGET_S = 4 * 3600.0
+_FX_CATEGORIES = {"backend_compiler_failed": "aot", "runtime_crash": "aot", "accuracy": "aot", "triton": "aot"}
+
+
+class ReducerStatsOut(BaseModel):
+    evaluator: str
+    candidates_run: int
+    cached: int
+    rejected_without_running: int
+    evaluations_per_s: float
+    phases: list[str]
+
+
+class FxDetails(BaseModel):
+    after: str
+    level: int
+    launcher: str | None = None
+    check_str: str | None = None
+    trials: int = 0
+    trial_seconds: float = 0.0
+    minifier_log: list[str] = Field(default_factory=list, description="the minifier's last progress lines")
+    trial_output: str | None = Field(None, description="what an isolated trial printed, when a step failed")
+    problem: str | None = None
+
+
+class MinifyResult(BaseModel):
+    case_id: str
+    mode: str
+    why_mode: str
+    script: str
+    minimized_path: str | None = None
+    resource: str | None = None
+    before: dict[str, int] = Field(default_factory=dict, description="size before: lines/bytes/statements or nodes")
+    after: dict[str, int] = Field(default_factory=dict)
+    confirmed: bool = Field(False, description="the reduced repro, run alone in a fresh process, fails the case's way")
+    comparison: str | None = Field(None, description="signature, exception or category: how it matched")
+    minimized_failure: str | None = None
+    confirm_run_id: str | None = None
+    helped: bool = False
+    budget_s: float
+    budget_exhausted: bool = False
+    seconds: float
+    source: ReducerStatsOut | None = None
+    fx: FxDetails | None = None
+    recorded: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+    next_step: str
+
+
+def check_mode(mode: str, after: str) -> None:
+    if mode not in MODES:
+        raise InvalidInput(f"mode must be one of {', '.join(MODES)}, not {mode!r}.")
+    if after not in AFTERS:
+        raise InvalidInput(f"after must be 'aot' or 'dynamo', not {after!r}.")
+
+
+def check_budget(budget_s: float | None) -> float:
+    if budget_s is None:
+        return 600.0
+    if not (MIN_BUDGET_S <= budget_s <= MAX_BUDGET_S):
+        raise InvalidInput(f"budget_s must be between {MIN_BUDGET_S:.0f} and {MAX_BUDGET_S:.0f} seconds.")
+    return float(budget_s)
+
+
+def pick_mode(store: Store, case: CaseRecord, ref: Reference) -> tuple[str, str, str]:
+    """(mode, after, why) for mode='auto'."""
+    loc = localized(store, case.case_id)
+    if loc is not None and loc.get("signature") == ref.signature:
+        first = loc.get("first_failing")
+        if first == "inductor":
+            return "fx", "aot", "localize: only Inductor fails, so PyTorch's minifier after AOTAutograd fits"
+        if first in ("aot_eager", "aot_eager_decomp_partition"):
+            return "fx", "dynamo", f"localize: it first fails at {first}, so the minifier after Dynamo fits"
+        if first == "eager":
+            return "source", "aot", "localize: it fails with backend='eager' (Dynamo), where the FX minifier " \
+                                    "does not apply"
+    if ref.category in _FX_CATEGORIES and not (ref.signature or "").startswith("SIG"):
+        return "fx", _FX_CATEGORIES[ref.category], f"category {ref.category}: a backend failure on a captured graph"
+    return "source", "aot", f"category {ref.category}: the FX minifier does not apply (no failing backend graph)"
+
+
+def _out_dir(store: Store, case_id: str) -> Path:
+    path = store.case_dir(case_id) / "minified"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def resource_uri(case_id: str, path: Path) -> str:
+    return f"case://{case_id}/minified/{path.name}"
+
+
+async def run_minify(store: Store, case: CaseRecord, ref: Reference, script: Path, *, mode: str, after: str,
+                     budget_s: float, progress, cwd: Path | None = None) -> MinifyResult:
+    started = time.monotonic()
+    why = f"mode={mode} was asked for"
+    if mode == "auto":
+        mode, after, why = pick_mode(store, case, ref)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    work = store.case_dir(case.case_id) / "minify" / f"{mode}-{stamp}-{time.monotonic_ns() % 10**6}"
+    result = MinifyResult(case_id=case.case_id, mode=mode, why_mode=why, script=str(script), budget_s=budget_s,
+                          seconds=0.0, next_step="")
+    if mode == "fx":
+        await _fx(store, case, ref, script, after, budget_s, progress, work, result)
+        remaining = budget_s - (time.monotonic() - started)
+        if not result.confirmed and why.startswith(("localize", "category")) and remaining > 30:
+            result.notes.append(f"the FX minifier gave no confirmed repro; falling back to the source reducer "
+                                f"with the remaining {remaining:.0f} s")
+            fx = result.fx
+            result = MinifyResult(case_id=case.case_id, mode="source", why_mode=why + "; FX minifier did not help",
+                                  script=str(script), budget_s=budget_s, seconds=0.0, next_step="", fx=fx,
+                                  notes=list(result.notes))
+            await _source(store, case, ref, script, remaining, progress, work.with_name(work.name + "-src"),
+                          result, cwd)
+    else:
+        await _source(store, case, ref, script, budget_s, progress, work, result, cwd)
+    result.seconds = round(time.monotonic() - started, 1)
+    _record(store, case, result)
+    result.next_step = _next_step(case.case_id, result)
+    return result
+
+
+async def _fx(store, case, ref, script, after, budget_s, progress, work, result: MinifyResult) -> None:
+    from pt2_bug_basher.reduce.fx import minify_fx
+
+    out = await minify_fx(store, case, ref, script, after=after, budget_s=budget_s, progress=progress,
+                          work_dir=work, out_dir=_out_dir(store, case.case_id))
+    result.fx = FxDetails(after=out.after, level=out.level, launcher=str(out.launcher) if out.launcher else None,
+                          check_str=out.check_str, trials=out.trials, trial_seconds=out.trial_seconds,
+                          minifier_log=out.minifier_log, trial_output=out.trial_output, problem=out.problem)
+    result.budget_exhausted = out.timed_out
+    if out.nodes_before is not None:
+        result.before = {"nodes": out.nodes_before}
+    if out.minimized is not None:
+        result.minimized_path = str(out.minimized)
+        result.resource = resource_uri(case.case_id, out.minimized)
+        result.after = {"nodes": out.nodes_after or 0}
+        result.confirmed, result.comparison = out.confirmed, out.match
+        result.minimized_failure, result.confirm_run_id = out.confirm_failure, out.run_ids.get("confirm")
+        result.helped = bool(out.nodes_before and out.nodes_after is not None and out.nodes_after < out.nodes_before)
+        if not out.confirmed:
+            result.notes.append(f"the minimized repro does not fail the case's way (it shows: {out.confirm_failure})"
+                                ": the minifier drifted to another failure; it is kept for reference only")
+    if out.problem:
+        result.notes.append(out.problem)
+
+
+async def _source(store, case, ref, script, budget_s, progress, work, result: MinifyResult, cwd) -> None:
+    from pt2_bug_basher.reduce.evaluate import ForkServerEvaluator, FreshEvaluator, fork_unsafe
+    from pt2_bug_basher.reduce.source import SourceReducer, size_of
+
+    started = time.monotonic()
+    original = script.read_text(errors="replace")
+    result.before = size_of(original)
+    reserve = min(budget_s * 0.3, ref.duration_s + 10.0)  # the fresh confirmation run
+    deadline = started + max(1.0, budget_s - reserve)
+    work.mkdir(parents=True, exist_ok=True)
+    run_cwd = cwd or script.parent
+    reduced: str | None = None
+    async with anyio.create_task_group() as group:
+        if fork_unsafe(original):
+            result.notes.append("the repro uses CUDA: candidates run in fresh processes, not forked ones")
+            evaluator = FreshEvaluator(case, ref.env)
+        else:
+            evaluator = ForkServerEvaluator(store, case, ref.env, work, parallel=cores())
+            try:
+                await evaluator.start(group)
+            except BugBasherError as exc:
+                result.notes.append(f"fork server unavailable ({exc}); candidates run in fresh processes")
+                evaluator = FreshEvaluator(case, ref.env)
+        reducer = SourceReducer(ref, evaluator, work, cwd=run_cwd, name=script.name,
+                                timeout_s=run_timeout(ref, factor=3.0, floor=30.0), deadline=deadline,
+                                progress=progress)
+
+        async def heartbeat() -> None:  # a long candidate must not leave the client without news
+            while True:
+                await anyio.sleep(10)
+                await reducer._maybe_report(force=True)
+
+        group.start_soon(heartbeat)
+        try:
+            reduced = await reducer.run(original)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await evaluator.aclose()
+            group.cancel_scope.cancel()  # the heartbeat
+    stats = reducer.stats
+    elapsed = max(1e-6, time.monotonic() - started)
+    result.source = ReducerStatsOut(
+        evaluator=evaluator.kind + f", {evaluator.parallel} at a time", candidates_run=stats.evaluations,
+        cached=stats.cache_hits, rejected_without_running=stats.static_rejects,
+        evaluations_per_s=round(stats.evaluations / elapsed, 3), phases=stats.phases)
+    result.budget_exhausted = stats.budget_exhausted
+    if reduced is None:
+        result.notes.append("the script, run by the reducer, does not fail the case's way (its first evaluation "
+                            f"shows something else): see {work / 'candidates'}")
+        return
+    target = _out_dir(store, case.case_id) / f"{script.stem}_min_{time.strftime('%H%M%S')}.py"
+    header = (f"# Reduced from {script.name} by pt2-bug-basher (case {case.case_id}); "
+              f"fails with: {ref.signature}\n")
+    target.write_text(header + reduced)
+    result.minimized_path = str(target)
+    result.resource = resource_uri(case.case_id, target)
+    result.after = size_of(reduced)
+    result.helped = result.after["bytes"] < size_of(original)["bytes"]
+    # confirm: the file alone, in a fresh process, under the user's file name (the signature names it)
+    confirm_dir = work / "confirm"
+    confirm_dir.mkdir(parents=True, exist_ok=True)
+    confirm_script = confirm_dir / script.name
+    shutil.copyfile(target, confirm_script)
+    await progress("source reducer: confirming the reduced repro in a fresh process")
+    confirm = await execute(store, case, [case.python, str(confirm_script), *ref.args], tool="minify",
+                            cwd=run_cwd, env_add=ref.env, timeout_s=run_timeout(ref), progress=progress,
+                            label="confirm run")
+    verdict = verdict_of(confirm)
+    match = compare(verdict, ref)
+    result.confirmed = match in ("signature", "exception")
+    result.comparison = match
+    result.minimized_failure = describe(verdict)
+    result.confirm_run_id = confirm.run_id
+    if not result.confirmed:
+        result.notes.append(f"the reduced file, run alone, does not fail the case's way ({describe(verdict)}); "
+                            "it reproduced inside the reducer only")
+
+
+def _record(store: Store, case: CaseRecord, result: MinifyResult) -> None:
+    if result.minimized_path is None:
+        return
+    before = result.before.get("nodes", result.before.get("lines"))
+    after = result.after.get("nodes", result.after.get("lines"))
+    unit = "nodes" if "nodes" in result.after else "lines"
+    name = Path(result.minimized_path).name
+    if result.confirmed:
+        summary = (f"{result.mode} reduction {before} -> {after} {unit}: {name} fails the same way "
+                   f"({result.comparison})")
+    else:
+        summary = f"{result.mode} reduction {before} -> {after} {unit}: {name} does not fail the case's way"
+    store.add_evidence(case.case_id, Step.reduce.value, result.confirmed, summary[:500], run_id=result.confirm_run_id,
+                       data={"minimized_path": result.minimized_path, "before": result.before,
+                             "after": result.after, "mode": result.mode, "comparison": result.comparison,
+                             "budget_exhausted": result.budget_exhausted})
+    if result.confirmed:
+        result.recorded.append("reduce")
+
+
+def _next_step(case_id: str, result: MinifyResult) -> str:
+    call_src = f'minify(case_id="{case_id}", mode="source")'
+    if result.confirmed:
+        more = ""
+        if result.budget_exhausted:
+            more = (" The budget ran out first: this is the best reduction so far; a larger budget_s may shrink it "
+                    "further.")
+        elif not result.helped:
+            more = " The reducer could not make it smaller: it is already minimal for this method."
+        return (f"Reduced repro: {result.minimized_path}.{more} Next, turn it into a failing unit test: "
+                f'register_test(case_id="{case_id}", test_file="test/<area>/test_<topic>.py", '
+                f'test_name="<TestClass.test_name>").')
+    if result.mode == "fx":
+        return ("PyTorch's minifier did not give a confirmed smaller repro (see notes). Next try the source "
+                f"reducer, which needs no captured graph: {call_src}; or localise the layer first: "
+                f'localize(case_id="{case_id}").')
+    if result.minimized_path is None:
+        return ("The source reducer could not reproduce the failure from the script (see notes). Check that the "
+                "script fails the same way on its own: run_with_logs(case_id=\"" + case_id + "\", script=\"" +
+                result.script + "\", repeat=2).")
+    return (f"The reduced file does not fail the case's way when run alone. Retry with a larger budget "
+            f"({call_src[:-1]}, budget_s=1200)), or reduce by hand from {result.minimized_path}.")

@@ -1,0 +1,337 @@
+"""The source-level reducer: shrink the repro script itself while it still fails the case's way.
+
+Phases, each under the same predicate (the candidate, run as a script, fails with the case's
+failure: `reduction.compare` at 'signature' or 'exception' level):
+
+1. statements — delta debugging over every statement list (module, class and function bodies,
+   `if __name__ == "__main__":` ...), outermost first; the removal candidates of one granularity
+   are evaluated in parallel windows and the first that still fails (in order) is taken, so the
+   result does not depend on timing;
+2. pysource-minimize — the library's own fine-grained pass (expressions, arguments, names), whose
+   checker calls back into the same cached, budgeted predicate;
+3. constants — integer literals (tensor shapes, sizes, counts) are tried at 1, 2 and half their
+   value, several at once.
+
+Every evaluation is cached by candidate content; a candidate that runs much longer than the
+original is killed; the time budget stops all phases and the best (smallest confirmed) source
+so far is the result.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import time
+import warnings
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio
+import anyio.from_thread
+import anyio.to_thread
+
+from pt2_bug_basher.reduce.ladder import Reference, compare, verdict_of
+from pt2_bug_basher.reduce.evaluate import Evaluator
+
+ProgressFn = Callable[[str], Awaitable[None]]
+PROGRESS_EVERY_S = 10.0
+_COMPILE_MARKERS = ("compile(", "optimize(", "export(", "_dynamo", "aot_")
+
+
+@dataclass
+class ReducerStats:
+    evaluations: int = 0
+    cache_hits: int = 0
+    static_rejects: int = 0
+    eval_seconds: float = 0.0
+    interesting: int = 0
+    budget_exhausted: bool = False
+    matches: dict[str, int] = field(default_factory=dict)
+    phases: list[str] = field(default_factory=list)
+
+
+def _digest(source: str) -> str:
+    return hashlib.sha1(source.encode()).hexdigest()[:16]
+
+
+def _compiles(source: str) -> bool:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compile(source, "<candidate>", "exec")
+        return True
+    except (SyntaxError, ValueError):
+        return False
+
+
+def normalise_source(source: str) -> str:
+    """The script round-tripped through ast (what every candidate looks like)."""
+    return ast.unparse(ast.parse(source)) + "\n"
+
+
+class SourceReducer:
+    def __init__(self, ref: Reference, evaluator: Evaluator, work_dir: Path, *, cwd: Path, name: str,
+                 timeout_s: float, deadline: float, progress: ProgressFn, static_filter: bool = True) -> None:
+        self.ref = ref
+        self.evaluator = evaluator
+        self.work_dir = work_dir
+        self.cwd = cwd
+        self.name = name
+        self.timeout_s = timeout_s
+        self.deadline = deadline
+        self.progress = progress
+        self.cache: dict[str, bool] = {}
+        self.stats = ReducerStats()
+        self.best: str | None = None
+        self.best_match: str | None = None
+        self._limiter = anyio.CapacityLimiter(max(1, evaluator.parallel))
+        self._last_report = time.monotonic()
+        self._phase = "start"
+        self._markers = [m for m in _COMPILE_MARKERS if m in ref.script.read_text(errors="replace")] \
+            if static_filter and ref.script.exists() else []
+        self._extra_path = [str(ref.script.parent)]
+
+    # -- the predicate ---------------------------------------------------------------
+
+    def out_of_budget(self) -> bool:
+        if time.monotonic() >= self.deadline:
+            self.stats.budget_exhausted = True
+            return True
+        return False
+
+    async def interesting(self, source: str) -> bool:
+        key = _digest(source)
+        if key in self.cache:
+            self.stats.cache_hits += 1
+            return self.cache[key]
+        if self._markers and not any(m in source for m in self._markers):
+            # it no longer reaches the compiler at all: cannot fail the case's way
+            self.stats.static_rejects += 1
+            self.cache[key] = False
+            return False
+        if not _compiles(source):
+            self.cache[key] = False
+            return False
+        if self.out_of_budget():
+            return False
+        async with self._limiter:
+            if self.out_of_budget():
+                return False
+            cand_dir = self.work_dir / "candidates" / key
+            cand_dir.mkdir(parents=True, exist_ok=True)
+            script = cand_dir / self.name  # same file name: the signature names the user's file
+            script.write_text(source)
+            started = time.monotonic()
+            result = await self.evaluator.run(script, self.ref.args, cwd=self.cwd, out_dir=cand_dir,
+                                              timeout_s=self.timeout_s, extra_path=self._extra_path)
+            self.stats.eval_seconds += time.monotonic() - started
+            self.stats.evaluations += 1
+        match = compare(verdict_of(result), self.ref)
+        ok = match in ("signature", "exception")
+        self.cache[key] = ok
+        if ok:
+            self.stats.interesting += 1
+            self.stats.matches[match] = self.stats.matches.get(match, 0) + 1  # type: ignore[index]
+            if self.best is None or len(source) < len(self.best):
+                self.best, self.best_match = source, match
+        await self._maybe_report()
+        return ok
+
+    async def _maybe_report(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if force or now - self._last_report >= PROGRESS_EVERY_S:
+            self._last_report = now
+            size = len(self.best.splitlines()) if self.best else None
+            await self.progress(
+                f"source reducer ({self._phase}): {self.stats.evaluations} candidates run, "
+                f"{self.stats.cache_hits} cached, current size {size} lines")
+
+    async def first_interesting(self, sources: list[str]) -> int | None:
+        """Index of the first source (in order) that is interesting; evaluated in parallel windows."""
+        window = max(1, self.evaluator.parallel)
+        for start in range(0, len(sources), window):
+            if self.out_of_budget():
+                return None
+            chunk = sources[start:start + window]
+            results: list[bool] = [False] * len(chunk)
+
+            async def one(i: int, src: str) -> None:
+                results[i] = await self.interesting(src)
+
+            async with anyio.create_task_group() as group:
+                for i, src in enumerate(chunk):
+                    group.start_soon(one, i, src)
+            for i, ok in enumerate(results):
+                if ok:
+                    return start + i
+        return None
+
+    # -- phases ------------------------------------------------------------------------
+
+    async def run(self, source: str, *, use_library: bool = True, shrink_constants: bool = True) -> str | None:
+        """Reduce source; returns the smallest interesting source (None if the start is not)."""
+        start = normalise_source(source)
+        self._phase = "checking the original"
+        if not await self.interesting(start):
+            if not await self.interesting(source):
+                return None
+            start = source
+        current = start
+        self._phase = "statements"
+        self.stats.phases.append("statements")
+        current = await self.remove_statements(current)
+        if use_library and not self.out_of_budget():
+            self._phase = "pysource-minimize"
+            self.stats.phases.append("pysource-minimize")
+            current = await self.library_pass(current)
+        if shrink_constants and not self.out_of_budget():
+            self._phase = "constants"
+            self.stats.phases.append("constants")
+            current = await self.shrink_constants(current)
+        if not self.out_of_budget() and use_library and current != start:
+            # one more statement pass: constants may have made statements removable
+            self._phase = "statements (again)"
+            current = await self.remove_statements(current)
+        await self._maybe_report(force=True)
+        return self.best if self.best is not None and len(self.best) <= len(current) else current
+
+    async def remove_statements(self, source: str) -> str:
+        current = source
+        k = 0
+        while not self.out_of_budget():
+            bodies = _bodies(ast.parse(current))
+            if k >= len(bodies):
+                break
+            current = await self._ddmin_body(current, k)
+            k += 1
+        return current
+
+    async def _ddmin_body(self, source: str, k: int) -> str:
+        current = source
+        n = len(_bodies(ast.parse(current))[k][1])
+        chunk = max(1, n // 2)
+        while chunk >= 1 and not self.out_of_budget():
+            n = len(_bodies(ast.parse(current))[k][1])
+            if n == 0 or (n == 1 and _is_pass(_bodies(ast.parse(current))[k][1][0])):
+                break
+            candidates = []
+            for i in range(0, n, chunk):
+                cand = _without(current, k, i, min(n, i + chunk))
+                if cand is not None and cand != current:
+                    candidates.append(cand)
+            hit = await self.first_interesting(candidates)
+            if hit is not None:
+                current = candidates[hit]
+                continue  # same granularity on the smaller body
+            if chunk == 1:
+                break
+            chunk = max(1, chunk // 2)
+        return current
+
+    async def library_pass(self, source: str) -> str:
+        from pysource_minimize import StopMinimization, minimize
+
+        def checker(candidate: str) -> bool:
+            if self.out_of_budget():
+                raise StopMinimization
+            return anyio.from_thread.run(self.interesting, candidate)
+
+        before_best = self.best
+        try:
+            result = await anyio.to_thread.run_sync(lambda: minimize(source, checker, retries=0),
+                                                    abandon_on_cancel=True)
+        except Exception:  # noqa: BLE001 - CouldNotMinimize and friends: keep what we have
+            result = source
+        if self.stats.budget_exhausted:
+            # StopMinimization makes the library accept an unchecked candidate: use the best checked one
+            return self.best or before_best or source
+        if not await self.interesting(result):
+            return self.best or source
+        return result
+
+    async def shrink_constants(self, source: str) -> str:
+        current = source
+        index = 0
+        while not self.out_of_budget():
+            consts = _int_constants(ast.parse(current))
+            if index >= len(consts):
+                break
+            value = consts[index]
+            options = sorted({v for v in (1, 2, value // 2) if 0 < v < value})
+            tried = [(v, c) for v, c in ((v, _with_constant(current, index, v)) for v in options) if c is not None]
+            hit = await self.first_interesting([c for _, c in tried])
+            if hit is not None:
+                current = tried[hit][1]
+                if tried[hit][0] < 2:
+                    continue  # it left the list of constants >= 2: the next one has this index now
+            index += 1
+        return current
+
+
+# -- AST helpers ------------------------------------------------------------------------
+
+
+def _bodies(tree: ast.AST) -> list[tuple[ast.AST, list[ast.stmt]]]:
+    """Every statement list in pre-order (outermost first)."""
+    found: list[tuple[ast.AST, list[ast.stmt]]] = []
+
+    def visit(node: ast.AST) -> None:
+        for name in ("body", "orelse", "finalbody"):
+            stmts = getattr(node, name, None)
+            if isinstance(stmts, list) and stmts and isinstance(stmts[0], ast.stmt):
+                found.append((node, stmts))
+        for handler in getattr(node, "handlers", []) or []:
+            found.append((handler, handler.body))
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.stmt) or isinstance(child, ast.excepthandler):
+                visit(child)
+
+    visit(tree)
+    return found
+
+
+def _is_pass(stmt: ast.stmt) -> bool:
+    return isinstance(stmt, ast.Pass)
+
+
+def _without(source: str, k: int, start: int, end: int) -> str | None:
+    tree = ast.parse(source)
+    bodies = _bodies(tree)
+    if k >= len(bodies):
+        return None
+    stmts = bodies[k][1]
+    del stmts[start:end]
+    if not stmts:
+        stmts.append(ast.Pass())
+    try:
+        return ast.unparse(tree) + "\n"
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _int_constants(tree: ast.AST) -> list[int]:
+    return [n.value for n in _int_constant_nodes(tree)]
+
+
+def _int_constant_nodes(tree: ast.AST) -> list[ast.Constant]:
+    return [n for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and type(n.value) is int and n.value >= 2]
+
+
+def _with_constant(source: str, index: int, value: int) -> str | None:
+    tree = ast.parse(source)
+    nodes = _int_constant_nodes(tree)
+    if index >= len(nodes):
+        return None
+    nodes[index].value = value
+    return ast.unparse(tree) + "\n"
+
+
+def size_of(source: str) -> dict[str, int]:
+    try:
+        statements = sum(isinstance(n, ast.stmt) for n in ast.walk(ast.parse(source)))
+    except SyntaxError:
+        statements = -1
+    return {"lines": len([ln for ln in source.splitlines() if ln.strip()]), "bytes": len(source.encode()),
+            "statements": statements}
