@@ -29,14 +29,14 @@ import anyio
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "server"))
 
+from pt2_bug_basher.case.store import Store  # noqa: E402
 from pt2_bug_basher.execution.environment import start_case  # noqa: E402
-from pt2_bug_basher.reduce.ladder import load_reference  # noqa: E402
-from pt2_bug_basher.reduce.evaluate import ForkServerEvaluator  # noqa: E402
-from pt2_bug_basher.reduce.fx import FX_DRIVER, _ENV_LINE, _newest_launcher, check_string, repro_level  # noqa: E402
 from pt2_bug_basher.execution.repro import run_repro  # noqa: E402
 from pt2_bug_basher.execution.runner import run_process  # noqa: E402
 from pt2_bug_basher.execution.runs import execute  # noqa: E402
-from pt2_bug_basher.case.store import Store  # noqa: E402
+from pt2_bug_basher.reduce.evaluate import ForkServerEvaluator  # noqa: E402
+from pt2_bug_basher.reduce.fx import _ENV_LINE, FX_DRIVER, _newest_launcher, check_string, repro_level  # noqa: E402
+from pt2_bug_basher.reduce.ladder import load_reference  # noqa: E402
 
 
 async def nothing(_message: str) -> None:

@@ -26,12 +26,12 @@ import anyio
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "server"))
 
-from pt2_bug_basher.execution.environment import start_case  # noqa: E402
-from pt2_bug_basher.reduce.ladder import compare, cores, load_reference, run_timeout, verdict_of  # noqa: E402
-from pt2_bug_basher.reduce.evaluate import ForkServerEvaluator, FreshEvaluator  # noqa: E402
-from pt2_bug_basher.reduce.source import SourceReducer, normalise_source, size_of  # noqa: E402
-from pt2_bug_basher.execution.repro import run_repro  # noqa: E402
 from pt2_bug_basher.case.store import Store  # noqa: E402
+from pt2_bug_basher.execution.environment import start_case  # noqa: E402
+from pt2_bug_basher.execution.repro import run_repro  # noqa: E402
+from pt2_bug_basher.reduce.evaluate import ForkServerEvaluator, FreshEvaluator  # noqa: E402
+from pt2_bug_basher.reduce.ladder import compare, cores, load_reference, run_timeout, verdict_of  # noqa: E402
+from pt2_bug_basher.reduce.source import SourceReducer, normalise_source, size_of  # noqa: E402
 
 
 async def nothing(_message: str) -> None:

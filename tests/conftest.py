@@ -10,11 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from pt2_bug_basher.mcp_server.server import create_server
 from pt2_bug_basher.case.config import ServerConfig
+from pt2_bug_basher.mcp_server.server import create_server
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO_ROOT / "examples"
+
+# The small-repository fixtures (mini, mini_branch_bug) for every test module.
+pytest_plugins = ["conftest_checkout"]
 
 
 @pytest.fixture

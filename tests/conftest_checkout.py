@@ -1,6 +1,6 @@
 """Fixtures for the test, worktree, verification and review tools on a small real repository.
 
-Import the fixtures into a test module (`from conftest_checkout import mini, ...`). Cases are
+Loaded as a plugin by conftest.py, so its fixtures (`mini`, `mini_branch_bug`) reach every test. Cases are
 opened directly in the store (the environment step is covered by check_env's own tests); the
 reproduction evidence is what run_with_logs records, built from real runs of the repro script
 parsed with the real failure parser and classifier.
@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
-from pt2_bug_basher.mcp_server.server import create_server
-from pt2_bug_basher.case.config import ServerConfig
 from torch_checkout import make_mini_repo
+
+from pt2_bug_basher.case.config import ServerConfig
+from pt2_bug_basher.domain.evidence import EnvironmentEvidence, ReproduceEvidence, TestEvidence
+from pt2_bug_basher.mcp_server.server import create_server
 
 
 @dataclass
@@ -34,7 +35,8 @@ class Mini:
     def new_case(self, torch_from_repo: bool = False, python: str = sys.executable) -> str:
         case = self.store.create_case(str(self.repo), python, {"torch": {"imported_from_repo": torch_from_repo,
                                                                          "version": "seeded"}})
-        self.store.add_evidence(case.case_id, "environment", True, f"seeded: {python}", data={"python": python})
+        self.store.add_evidence(case.case_id, "environment", True, f"seeded: {python}",
+                                data=EnvironmentEvidence(python=python))
         return case.case_id
 
     def reproduce(self, case_id: str, script: str = "repro.py", waive_reduce: bool = True) -> dict:
@@ -59,7 +61,8 @@ def seed_reproduction(store, case_id: str, repo: Path, script: str, python: str 
     failure = last.failure
     data = {"script": str(repo / script), "args": [], "signature": failure.signature, "category": last.category,
             "exception_type": failure.exception_type, "message": failure.message, "run_ids": [], "repeat": 2}
-    store.add_evidence(case_id, "reproduce", True, f"{script} failed 2/2 times: {failure.signature}", data=data)
+    store.add_evidence(case_id, "reproduce", True, f"{script} failed 2/2 times: {failure.signature}",
+                       data=ReproduceEvidence(**data))
     return data
 
 
@@ -90,8 +93,8 @@ def test_double_large(self):
 def seed_test(store, case_id: str, test_file: str = "test/test_ops.py", class_name: str = "TestOps",
               method: str = "test_double_large", exception_type: str = "ValueError") -> None:
     """Registered-test evidence as register_test records it, for tests of later steps' refusals."""
-    store.add_evidence(case_id, "test", True, f"{class_name}.{method} fails (seeded)", tree_hash="seeded", data={
-        "test_file": test_file, "test_name": f"{class_name}.{method}", "class_name": class_name, "method": method,
-        "node_id": f"{test_file}::{class_name}::{method}", "keyword": None, "message": "seeded",
-        "category": "unknown", "signature": None, "exception_type": exception_type, "frame": None,
-    })
+    store.add_evidence(case_id, "test", True, f"{class_name}.{method} fails (seeded)", tree_hash="seeded", data=TestEvidence(
+        test_file=test_file, test_name=f"{class_name}.{method}", class_name=class_name, method=method,
+        node_id=f"{test_file}::{class_name}::{method}", keyword=None, message="seeded",
+        category="unknown", signature=None, exception_type=exception_type, frame=None,
+    ))

@@ -21,9 +21,9 @@ import anyio
 import pytest
 from mcp import Client
 
-from pt2_bug_basher.mcp_server.server import create_server
 from pt2_bug_basher.artifacts.collect import parse_annotation, parse_fx_graph
 from pt2_bug_basher.case.config import ServerConfig
+from pt2_bug_basher.mcp_server.server import create_server
 
 MM_CHAIN = 90  # enough matmuls for a backward output_code.py over one 64 KiB page
 

@@ -7,14 +7,12 @@ bench/bench_classify.py, not here.
 
 from __future__ import annotations
 
-
 import pytest
+from corpus_samples import BY_ID, LOCAL, LOCAL_GPU, PUBLIC
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pt2_bug_basher.analysis.classify import CATEGORIES, Classification, classify
-
-from corpus_samples import BY_ID, LOCAL, LOCAL_GPU, PUBLIC
 
 SEVEN = {"graph_break", "backend_compiler_failed", "recompile", "accuracy", "dynamo_internal",
          "runtime_crash", "triton"}

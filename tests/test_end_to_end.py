@@ -13,11 +13,18 @@ from pathlib import Path
 
 import pytest
 from mcp import Client
+from torch_checkout import (
+    BUILTIN,
+    REPRO,
+    TorchCheckout,
+    add_registered_test,
+    build_torch_checkout,
+    fix_planted_bug,
+    git,
+)
 
-from pt2_bug_basher.mcp_server.server import create_server
 from pt2_bug_basher.case.config import ServerConfig
-from torch_checkout import BUILTIN, REPRO, TorchCheckout, add_registered_test, build_torch_checkout, \
-    fix_planted_bug, git
+from pt2_bug_basher.mcp_server.server import create_server
 
 pytestmark = pytest.mark.anyio
 

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-
 import pytest
+from corpus_samples import BY_ID, LOCAL, LOCAL_GPU
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pt2_bug_basher.analysis.failure import FailureRecord, is_user_path, normalise_message, parse_failure
-
-from corpus_samples import BY_ID, LOCAL, LOCAL_GPU
 
 
 def record(sid: str) -> FailureRecord:

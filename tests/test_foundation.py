@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import zipfile
-import subprocess
 from pathlib import Path
 
 import pytest
 from mcp import Client
 
-from pt2_bug_basher.mcp_server.server import create_server
 from pt2_bug_basher.case.config import ServerConfig
-from pt2_bug_basher.domain.names import Step, ToolName
-from pt2_bug_basher.mcp_server.tools import registered_modules
 from pt2_bug_basher.case.workflow import STEPS, TOOL_REQUIRES
+from pt2_bug_basher.domain.names import Step, ToolName
+from pt2_bug_basher.mcp_server.server import create_server
+from pt2_bug_basher.mcp_server.tools import registered_modules
 
 pytestmark = pytest.mark.anyio
 
@@ -299,9 +299,9 @@ async def test_a_named_env_is_found_through_conda_info(server, this_venv, monkey
 
 
 def test_short_sync_commands_are_killed_with_their_group_on_timeout(tmp_path):
-    from pt2_bug_basher.execution.runner import run_short_sync
-
     from conftest import process_running
+
+    from pt2_bug_basher.execution.runner import run_short_sync
 
     pid_file = tmp_path / "pid"
     code = ("import subprocess, sys, time\n"

@@ -7,19 +7,19 @@ import os
 import signal
 import sqlite3
 import sys
+import threading
 import time
 from pathlib import Path
 
 import anyio
 import pytest
+from conftest import process_running
 from mcp import Client, StdioServerParameters
 
-from pt2_bug_basher.mcp_server.server import create_server
 from pt2_bug_basher.case.config import ServerConfig
-from pt2_bug_basher.execution.environment import start_case
 from pt2_bug_basher.case.store import Store
-
-from conftest import process_running
+from pt2_bug_basher.execution.environment import start_case
+from pt2_bug_basher.mcp_server.server import create_server
 
 pytestmark = pytest.mark.anyio
 
@@ -132,8 +132,13 @@ async def test_server_killed_mid_run_then_restarted(loaded):
             except Exception:  # the server is gone: closing its pipes may fail
                 pass
     script_pid, child_pid = map(int, pid_file.read_text().split())
-    # Restart on the same state directory: the run is marked interrupted and its processes are gone.
+    # Restart on the same state directory: once the server runs (its lifespan), the run is marked
+    # interrupted and its processes are gone.
     again = create_server(config)
+    # In a thread of its own: this task's client was torn down with its server killed under it.
+    restart = threading.Thread(target=lambda: anyio.run(_connect, again))
+    restart.start()
+    restart.join(60)
     store = again.state.store
     runs = {r.run_id: r for r in store.runs(case_id)}
     interrupted = [r for r in runs.values() if r.status == "interrupted"]
@@ -141,6 +146,11 @@ async def test_server_killed_mid_run_then_restarted(loaded):
     assert runs[done_run].status == "finished" and runs[done_run].exit_code == 3
     assert not process_running(script_pid) and not process_running(child_pid)
     assert store.get_case(case_id).python == sys.executable
+
+
+async def _connect(server) -> None:
+    async with Client(server) as client:
+        await client.list_tools()
 
 
 async def test_corrupt_store_is_a_clear_error(workspace: Path):

@@ -6,12 +6,11 @@ import shutil
 import sys
 
 import pytest
+from conftest import EXAMPLES
 from mcp import Client
 
-from pt2_bug_basher.mcp_server.server import create_server
 from pt2_bug_basher.case.config import ServerConfig
-
-from conftest import EXAMPLES
+from pt2_bug_basher.mcp_server.server import create_server
 
 pytestmark = pytest.mark.anyio
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pt2_bug_basher.domain.errors import InvalidInput
 from pt2_bug_basher.analysis.torch_logs import PRESETS, LogSummary, parse_logs, resolve_logs
+from pt2_bug_basher.domain.errors import InvalidInput
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 LOGS = REPO_ROOT / "tests" / "data" / "logs"

@@ -7,12 +7,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import EXAMPLES
 from mcp import Client
 
-from pt2_bug_basher.mcp_server.server import create_server
 from pt2_bug_basher.case.config import ServerConfig
-
-from conftest import EXAMPLES
+from pt2_bug_basher.mcp_server.server import create_server
 
 pytestmark = pytest.mark.anyio
 DATA = Path(__file__).parent / "data" / "minify"

@@ -9,9 +9,8 @@ import sys
 
 import anyio
 import yaml
-from mcp import Client, StdioServerParameters
-
 from conftest import REPO_ROOT
+from mcp import Client, StdioServerParameters
 
 # Frontmatter fields Claude Code and the Agent Skills format document for SKILL.md.
 SKILL_FIELDS = {"name", "description", "license", "allowed-tools", "metadata", "compatibility", "model",

@@ -6,11 +6,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from conftest_checkout import LARGE_TEST, Mini
 from mcp import Client
-
-from conftest_checkout import LARGE_TEST, Mini, mini  # noqa: F401  (fixture)
-from pt2_bug_basher.execution.pytest_runs import check_test_file, split_test_name, topical_problem
 from torch_checkout import add_test
+
+from pt2_bug_basher.execution.pytest_runs import check_test_file, split_test_name, topical_problem
 
 pytestmark = pytest.mark.anyio
 
@@ -108,10 +108,10 @@ async def test_a_failing_test_that_matches_the_reproduction_is_registered(mini: 
     assert "make_worktree" in data["next_step"]
     [evidence] = [e for e in mini.store.evidence(case, "test") if e.ok]
     assert evidence.tree_hash and evidence.run_id == data["run_id"]
-    assert evidence.data["test_file"] == "test/test_ops.py"
-    assert evidence.data["test_name"] == "TestOps.test_double_large"
-    assert evidence.data["node_id"] == data["node_id"]
-    assert evidence.data["category"] and evidence.data["message"]
+    assert evidence.data.test_file == "test/test_ops.py"
+    assert evidence.data.test_name == "TestOps.test_double_large"
+    assert evidence.data.node_id == data["node_id"]
+    assert evidence.data.category and evidence.data.message
     # The run is recorded with pytest's command line, JUnit XML under the case.
     run = mini.store.get_run(data["run_id"], case)
     assert run.argv[1:3] == ["-m", "pytest"] and any(a.startswith("--junitxml=") for a in run.argv)
@@ -295,4 +295,4 @@ def test_double_param(self, n):
     assert data["ok"] is True, data
     assert data["node_id"].startswith("test/test_ops.py::TestOps::test_double_param_n_")
     [evidence] = [e for e in mini.store.evidence(case, "test") if e.ok]
-    assert evidence.data["keyword"] == "TestOps and test_double_param"
+    assert evidence.data.keyword == "TestOps and test_double_param"

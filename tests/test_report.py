@@ -18,13 +18,13 @@ import anyio
 import pytest
 from mcp import Client
 
-from pt2_bug_basher.mcp_server.server import create_server
-from pt2_bug_basher.cli.main import main
 from pt2_bug_basher.case.config import ServerConfig
-from pt2_bug_basher.execution.environment import start_case
-from pt2_bug_basher.report.build import build_report, md_code, md_text, render_html, render_markdown
 from pt2_bug_basher.case.store import Store
 from pt2_bug_basher.case.workflow import STEPS
+from pt2_bug_basher.cli.main import main
+from pt2_bug_basher.execution.environment import start_case
+from pt2_bug_basher.mcp_server.server import create_server
+from pt2_bug_basher.report.build import build_report, md_code, md_text, render_html, render_markdown
 
 SCREENSHOTS = Path(__file__).parent / "screenshots"
 HOSTILE = "<script>alert('pwned')</script><img src=x onerror=alert(1)>"
@@ -231,11 +231,19 @@ def test_report_of_a_case_with_only_check_env(config):
     assert result.case_id in page and "No runs yet." in page and "<script" not in page.lower()
 
 
+def raw_evidence(store, case_id, step, ok, summary, data, run_id=None):
+    """An evidence row as an older version (or a damaged store) may have left it: raw JSON, unchecked."""
+    with store.transaction() as conn:
+        conn.execute("INSERT INTO evidence(case_id, step, ok, tree_hash, run_id, summary, data_json, created_at) "
+                     "VALUES (?, ?, ?, NULL, ?, ?, ?, ?)", (case_id, step, int(ok), run_id, summary, json.dumps(data),
+                                                            time.time()))
+
+
 def test_report_survives_malformed_evidence(workspace):
     store = Store(workspace / "state")
     case = store.create_case(str(workspace / "gone"), "/no/python", {"torch": ["not", "a", "dict"]})
     cid = case.case_id
-    store.add_evidence(cid, "environment", True, "torch imports", {})
+    raw_evidence(store, cid, "environment", True, "torch imports", {})
     run = store.start_run(cid, "run_with_logs", "not a list",  # type: ignore[arg-type]
                           "/x", {"K": HOSTILE}, "/no/out", "/no/err", 1)
     store.finish_run(run, "finished", None, "SIGSEGV", {"failed": True, "signature": HOSTILE, "nested": {"a": 1}})
@@ -243,21 +251,21 @@ def test_report_survives_malformed_evidence(workspace):
     store.finish_run(hung, "timeout", None, "SIGKILL")
     store.start_run(cid, "localize", ["py", "launcher.py", "--backend", "inductor", "--dynamic", "true", "--", "r.py"],
                     "/x", {}, "/no/out", "/no/err", 1)
-    store.add_evidence(cid, "reproduce", True, HOSTILE, {"category": 7, "run_ids": "nope"}, run_id=run)
-    store.add_evidence(cid, "classify", True, "graph_break (confidence 0.90)",
+    raw_evidence(store, cid, "reproduce", True, HOSTILE, {"category": 7, "run_ids": "nope"}, run_id=run)
+    raw_evidence(store, cid, "classify", True, "graph_break (confidence 0.90)",
                        {"secondary": "not a list", "evidence": [{"line_no": "x", "text": HOSTILE}, 3]})
-    store.add_evidence(cid, "reduce", True, "source reduction 40 -> 8 lines",
+    raw_evidence(store, cid, "reduce", True, "source reduction 40 -> 8 lines",
                        {"before": {"lines": 40}, "after": {"lines": 8}, "mode": "source",
                         "progress": [{"t": 2, "size": 30}, {"t": 5.5, "size": 12}, "junk", {"t": float("nan")}]})
-    store.add_evidence(cid, "reduce", False, "fx", {"before": "?", "after": None})
-    store.add_evidence(cid, "test", True, "registered", {"test_file": None, "message": ["x"]})
-    store.add_evidence(cid, "main_check", True, "fails on main", {"ref": HOSTILE, "commit": 12345})
-    store.add_evidence(cid, "verify", False, "1 failed", {"counts": "bad", "tests": [1, {"node_id": HOSTILE}],
+    raw_evidence(store, cid, "reduce", False, "fx", {"before": "?", "after": None})
+    raw_evidence(store, cid, "test", True, "registered", {"test_file": None, "message": ["x"]})
+    raw_evidence(store, cid, "main_check", True, "fails on main", {"ref": HOSTILE, "commit": 12345})
+    raw_evidence(store, cid, "verify", False, "1 failed", {"counts": "bad", "tests": [1, {"node_id": HOSTILE}],
                                                           "problems": None})
-    store.add_evidence(cid, "review", True, "clean", {"files": [None, {"path": "a.py", "added": "x"}], "findings": 5})
-    store.add_evidence(cid, "artifacts", True, "2 graphs", {"index": 3})
-    store.add_evidence(cid, "celebrate", True, "done", {"root_cause": HOSTILE})
-    store.add_evidence(cid, "not_a_step", True, "junk", {})
+    raw_evidence(store, cid, "review", True, "clean", {"files": [None, {"path": "a.py", "added": "x"}], "findings": 5})
+    raw_evidence(store, cid, "artifacts", True, "2 graphs", {"index": 3})
+    raw_evidence(store, cid, "celebrate", True, "done", {"root_cause": HOSTILE})
+    raw_evidence(store, cid, "not_a_step", True, "junk", {})
     store.add_waiver(cid, "logs", HOSTILE)
     store.set_kv(f"localize:{cid}", json.dumps({"first_failing": "inductor", "layer": HOSTILE}))
 
@@ -281,8 +289,8 @@ def test_report_survives_malformed_evidence(workspace):
 def test_report_when_the_repository_is_gone(workspace):
     store = Store(workspace / "state")
     case = store.create_case(str(workspace / "missing-repo"), sys.executable, {})
-    store.add_evidence(case.case_id, "environment", True, "ok", {})
-    store.add_evidence(case.case_id, "verify", True, "1 passed", {}, tree_hash="git:abc")
+    store.add_evidence(case.case_id, "environment", True, "ok")
+    store.add_evidence(case.case_id, "verify", True, "1 passed", tree_hash="git:abc")
     report = build_report(store, case.case_id)
     assert report.steps[10].status == "stale"
     assert render_markdown(report)

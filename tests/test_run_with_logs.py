@@ -8,14 +8,13 @@ from pathlib import Path
 
 import anyio
 import pytest
+from conftest import EXAMPLES
 from mcp import Client
 
-from pt2_bug_basher.mcp_server.server import create_server
 from pt2_bug_basher.case.config import ServerConfig
-from pt2_bug_basher.execution.environment import start_case
 from pt2_bug_basher.case.store import Store
-
-from conftest import EXAMPLES
+from pt2_bug_basher.execution.environment import start_case
+from pt2_bug_basher.mcp_server.server import create_server
 
 pytestmark = pytest.mark.anyio
 

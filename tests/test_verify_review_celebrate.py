@@ -9,12 +9,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from conftest_checkout import LARGE_TEST, Mini
 from mcp import Client
+from torch_checkout import add_test, fix_mini_bug, git
 
-from conftest_checkout import LARGE_TEST, Mini, mini  # noqa: F401  (fixture)
 from pt2_bug_basher.analysis import review
 from pt2_bug_basher.execution import pytest_runs as testing
-from torch_checkout import add_test, fix_mini_bug, git
 
 pytestmark = pytest.mark.anyio
 

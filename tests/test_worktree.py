@@ -8,12 +8,12 @@ from pathlib import Path
 
 import anyio
 import pytest
+from conftest_checkout import LARGE_TEST, Mini, seed_test
 from mcp import Client
-
-from conftest_checkout import LARGE_TEST, Mini, mini, mini_branch_bug, seed_test  # noqa: F401  (fixtures)
-from pt2_bug_basher.execution import worktrees
-from pt2_bug_basher.domain.errors import InvalidInput
 from torch_checkout import add_test, git, git_init
+
+from pt2_bug_basher.domain.errors import InvalidInput
+from pt2_bug_basher.execution import worktrees
 
 pytestmark = pytest.mark.anyio
 
@@ -85,7 +85,7 @@ async def test_the_test_fails_on_main_in_a_worktree(mini: Mini):
     run = mini.store.get_run(data["run_id"], case_id)
     assert run.cwd == str(path) and run.env["PYTHONPATH"].split(":")[0] == str(path)
     [evidence] = mini.store.evidence(case_id, "main_check")
-    assert evidence.ok and evidence.data["ref"] == "main" and evidence.data["worktree"] == str(path)
+    assert evidence.ok and evidence.data.ref == "main" and evidence.data.worktree == str(path)
     status = (await call(mini, "get_workflow", case_id=case_id)).structured_content["case"]
     assert next(s for s in status["steps"] if s["step"] == "main_check")["status"] == "done"
     # The primary checkout is untouched: the state directory stays out of git status.

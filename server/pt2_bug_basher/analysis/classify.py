@@ -594,10 +594,7 @@ def classify(text: str, exit_code: int | None = None, signal_name: str | None = 
         # the final exception decides unless line evidence is much stronger
         if final_cat and final_cat != category and scores[final_cat] * 1.5 >= scores[category]:
             category = final_cat
-        if facts["wrapped_triton"]:
-            category = "triton"
-            forced_secondary.append("backend_compiler_failed")
-        elif category == "backend_compiler_failed" and scores["triton"] >= 4.0 and final_cat in (None, "triton"):
+        if facts["wrapped_triton"] or category == "backend_compiler_failed" and scores["triton"] >= 4.0 and final_cat in (None, "triton"):
             category = "triton"
             forced_secondary.append("backend_compiler_failed")
         if mode in ("strict_export", "non_strict_export") and category not in ("export", "accuracy", "runtime_crash"):

@@ -15,6 +15,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from pt2_bug_basher.domain.errors import InvalidInput
+from pt2_bug_basher.domain.evidence import MainCheckEvidence
 from pt2_bug_basher.execution.gitstate import GIT_TIMEOUT_S, open_repo
 
 LARGE_DIFF_LINES = 400
@@ -248,5 +249,5 @@ def changed_source_lines(diff: Diff) -> dict[str, list[int]]:
             if f.path.endswith(".py") and not is_test_path(f.path) and f.status != "deleted"}
 
 
-def main_ref_for(evidence_data: dict | None) -> str:
-    return (evidence_data or {}).get("ref") or "main"
+def main_ref_for(main_check: MainCheckEvidence | None) -> str:
+    return (main_check.ref if main_check else None) or "main"

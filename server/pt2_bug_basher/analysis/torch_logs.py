@@ -480,9 +480,7 @@ class _Collector:
             m = _OUTPUT_CODE_RE.search(body)
             if m:
                 self.output_paths[m.group(1)] = None
-        elif "_limit" in body and _LIMIT_RE.search(body):
-            self.limit_hit = True
-        elif "FailOnRecompileLimitHit" in body or "Dynamo recompile limit exceeded" in body:
+        elif "_limit" in body and _LIMIT_RE.search(body) or "FailOnRecompileLimitHit" in body or "Dynamo recompile limit exceeded" in body:
             self.limit_hit = True
 
     def summary(self) -> LogSummary:

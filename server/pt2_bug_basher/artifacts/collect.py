@@ -34,10 +34,11 @@ from urllib.parse import quote
 
 from pydantic import BaseModel, Field
 
-from pt2_bug_basher.domain.errors import NotFound
 from pt2_bug_basher.case.pages import PAGE_BYTES
-from pt2_bug_basher.execution.runs import ProgressFn, RunResult, execute
 from pt2_bug_basher.case.store import CaseRecord, Store
+from pt2_bug_basher.domain.errors import NotFound
+from pt2_bug_basher.domain.evidence import ArtifactsEvidence
+from pt2_bug_basher.execution.runs import ProgressFn, RunResult, execute
 
 if TYPE_CHECKING:
     from pt2_bug_basher.analysis.failure import Frame
@@ -1101,7 +1102,7 @@ def _write_index(debug_dir: Path, case_id: str, stamp: str, result: CollectArtif
     (debug_dir / INDEX_NAME).write_text(json.dumps(full, indent=1))
 
 
-def evidence_summary(result: CollectArtifactsResult) -> tuple[bool, str, dict[str, Any]]:
+def evidence_summary(result: CollectArtifactsResult) -> tuple[bool, str, ArtifactsEvidence]:
     ok = result.graph_count > 0 or result.nonempty_files > 0
     where = ""
     if result.failure and (result.failure.graph or result.failure.kernel):
@@ -1111,12 +1112,11 @@ def evidence_summary(result: CollectArtifactsResult) -> tuple[bool, str, dict[st
                f"{result.files_total} files ({result.exit}){where}")
     if not ok:
         summary = f"TORCH_COMPILE_DEBUG wrote no artifacts ({result.exit})"
-    data = {
-        "debug_dir": result.debug_dir, "index": result.index, "run_id": result.run_id, "script": result.script,
-        "graphs": result.graph_count, "kernels": result.kernel_count, "files": result.files_total,
-        "failed": result.failed,
-        "failure_graph": result.failure.graph if result.failure else None,
-        "failure_kernel": result.failure.kernel if result.failure else None,
-    }
+    data = ArtifactsEvidence(
+        debug_dir=result.debug_dir, index=result.index, run_id=result.run_id, script=result.script,
+        graphs=result.graph_count, kernels=result.kernel_count, files=result.files_total, failed=result.failed,
+        failure_graph=result.failure.graph if result.failure else None,
+        failure_kernel=result.failure.kernel if result.failure else None,
+    )
     return ok, summary[:500], data
 

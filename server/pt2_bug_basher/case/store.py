@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pt2_bug_basher.domain.errors import BugBasherError, NotFound
+from pt2_bug_basher.domain.evidence import EvidencePayload, P, lenient, load_payload, model_for
 
 SCHEMA_VERSION = 1
 
@@ -93,8 +94,15 @@ class EvidenceRecord:
     tree_hash: str | None
     run_id: str | None
     summary: str
-    data: dict[str, Any]
+    data: EvidencePayload
+    """the step's own payload model (domain.evidence), read back from its JSON"""
     created_at: float
+
+    def payload(self, model: type[P]) -> P:
+        """The payload as `model`, the step's own evidence model."""
+        if isinstance(self.data, model):
+            return self.data
+        return lenient(model, self.data.model_dump())
 
 
 @dataclass(frozen=True)
@@ -150,6 +158,11 @@ class Store:
                 f"cannot create the state directory {self.state_dir}: {exc.strerror or exc}. "
                 "Start the server with --state-dir pointing at a writable directory."
             ) from exc
+
+    def open(self) -> None:
+        """Create or check the store now (it is otherwise opened on first use)."""
+        if not self._initialised:
+            self._init()
 
     @contextmanager
     def connect(self) -> Iterator[sqlite3.Connection]:
@@ -237,19 +250,25 @@ class Store:
         step: str,
         ok: bool,
         summary: str,
-        data: dict[str, Any] | None = None,
+        data: EvidencePayload | None = None,
         tree_hash: str | None = None,
         run_id: str | None = None,
     ) -> EvidenceRecord:
+        step = getattr(step, "value", step)
+        model = model_for(step)
+        if data is None:
+            data = model()
+        elif not isinstance(data, model):
+            raise TypeError(f"evidence for step {step!r} must be a {model.__name__}, not {type(data).__name__}")
         now = time.time()
         with self.transaction() as conn:
             cur = conn.execute(
                 "INSERT INTO evidence(case_id, step, ok, tree_hash, run_id, summary, data_json, created_at) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (case_id, step, int(ok), tree_hash, run_id, summary, json.dumps(data or {}), now),
+                (case_id, step, int(ok), tree_hash, run_id, summary, data.model_dump_json(), now),
             )
             evidence_id = cur.lastrowid
-        return EvidenceRecord(evidence_id or 0, case_id, step, ok, tree_hash, run_id, summary, data or {}, now)
+        return EvidenceRecord(evidence_id or 0, case_id, step, ok, tree_hash, run_id, summary, data, now)
 
     def evidence(self, case_id: str, step: str | None = None) -> list[EvidenceRecord]:
         query = "SELECT * FROM evidence WHERE case_id = ?"
@@ -262,7 +281,7 @@ class Store:
         return [
             EvidenceRecord(
                 r["id"], r["case_id"], r["step"], bool(r["ok"]), r["tree_hash"], r["run_id"], r["summary"],
-                json.loads(r["data_json"]), r["created_at"],
+                load_payload(r["step"], _json_object(r["data_json"])), r["created_at"],
             )
             for r in rows
         ]
@@ -372,3 +391,10 @@ def _run_record(r: sqlite3.Row) -> RunRecord:
         stdout_path=r["stdout_path"], stderr_path=r["stderr_path"],
         result=json.loads(r["result_json"]) if r["result_json"] else None,
     )
+
+
+def _json_object(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return {}

@@ -8,14 +8,15 @@ got newer evidence since (a new test invalidates the check on main).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from pydantic import BaseModel, Field
 
-from pt2_bug_basher.domain.errors import GateClosed, InvalidInput
-from pt2_bug_basher.domain.names import Step, ToolName
 from pt2_bug_basher.case.store import EvidenceRecord, Store, WaiverRecord
+from pt2_bug_basher.domain.errors import GateClosed, InvalidInput
+from pt2_bug_basher.domain.evidence import MainCheckEvidence, ReproduceEvidence
+from pt2_bug_basher.domain.names import Step, ToolName
 
 
 @dataclass(frozen=True)
@@ -159,12 +160,12 @@ class Workflow:
         record = self.latest(Step.main_check)
         if record is None or record.ok or self._rebased(spec, record) or self.waiver(Step.main_check):
             return None
-        ref = record.data.get("ref", "main")
+        ref = record.payload(MainCheckEvidence).ref
         return STOPPED_MAIN.format(ref=ref, case_id=self.case.case_id)
 
     def repro_script(self) -> str | None:
         good = self.latest_ok(Step.reproduce)
-        return good.data.get("script") if good is not None else None
+        return good.payload(ReproduceEvidence).script if good is not None else None
 
     def step_status(self, spec: StepSpec) -> StepStatus:
         call = spec.opens_with.format(case_id=self.case.case_id)

@@ -111,9 +111,9 @@ def _serve(args: argparse.Namespace) -> int:
 def _check_env(args: argparse.Namespace) -> int:
     import anyio
 
-    from pt2_bug_basher.execution.environment import start_case
-    from pt2_bug_basher.domain.errors import BugBasherError
     from pt2_bug_basher.case.store import Store
+    from pt2_bug_basher.domain.errors import BugBasherError
+    from pt2_bug_basher.execution.environment import start_case
 
     config = _config(args)
     try:
@@ -133,9 +133,9 @@ def _check_env(args: argparse.Namespace) -> int:
 def _triage(args: argparse.Namespace) -> int:
     import anyio
 
-    from pt2_bug_basher.domain.errors import BugBasherError
     from pt2_bug_basher.case.store import Store
     from pt2_bug_basher.cli.triage import format_report, triage
+    from pt2_bug_basher.domain.errors import BugBasherError
 
     config = _config(args)
     script = Path(args.script).resolve()
@@ -260,9 +260,9 @@ def format_env_report(result) -> str:
 
 
 def _report(args: argparse.Namespace) -> int:
+    from pt2_bug_basher.case.store import Store
     from pt2_bug_basher.domain.errors import BugBasherError
     from pt2_bug_basher.report.build import build_report, render_html, render_markdown
-    from pt2_bug_basher.case.store import Store
 
     config = _config(args)
     if not (config.state_dir / "cases.sqlite3").is_file():

@@ -10,12 +10,12 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from pt2_bug_basher.execution.environment import CheckEnvResult, start_case
+from pt2_bug_basher.case.store import Store
 from pt2_bug_basher.domain.errors import InvalidInput
-from pt2_bug_basher.playbooks import diagnostic_call, guide
+from pt2_bug_basher.execution.environment import CheckEnvResult, start_case
 from pt2_bug_basher.execution.repro import RunWithLogsResult, run_repro
 from pt2_bug_basher.execution.runs import DEFAULT_TIMEOUT_S
-from pt2_bug_basher.case.store import Store
+from pt2_bug_basher.playbooks import diagnostic_call, guide
 
 
 class TriageReport(BaseModel):

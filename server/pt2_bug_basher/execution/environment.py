@@ -228,6 +228,7 @@ async def start_case(
     timeout_s: float = DEFAULT_PROBE_TIMEOUT_S,
 ) -> CheckEnvResult:
     """Resolve the interpreter, probe it, and open a case when torch imports."""
+    from pt2_bug_basher.domain.evidence import EnvironmentEvidence
     from pt2_bug_basher.domain.names import Step
 
     interp = resolve_interpreter(conda_env, python, environ)
@@ -244,7 +245,7 @@ async def start_case(
         )
     case = store.create_case(str(repo), report.python, report.model_dump())
     summary = f"torch {report.torch.version} imports in {report.python} ({report.rule})"  # type: ignore[union-attr]
-    store.add_evidence(case.case_id, Step.environment.value, True, summary, data={"python": report.python})
+    store.add_evidence(case.case_id, Step.environment.value, True, summary, data=EnvironmentEvidence(python=report.python))
     next_step = (
         f'Reproduce the failure twice: run_with_logs(case_id="{case.case_id}", script="<repro.py>", repeat=2)'
     )

@@ -18,9 +18,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from pt2_bug_basher.domain.errors import InvalidInput
-from pt2_bug_basher.execution.runs import ProgressFn, RunResult, execute
 from pt2_bug_basher.case.store import CaseRecord, Store, new_id
+from pt2_bug_basher.domain.errors import InvalidInput
+from pt2_bug_basher.domain.evidence import ReproduceEvidence, TestEvidence
+from pt2_bug_basher.execution.runs import ProgressFn, RunResult, execute
 
 COMMON_UTILS = "torch.testing._internal.common_utils"
 TESTCASE = f"{COMMON_UTILS}.TestCase"
@@ -535,15 +536,16 @@ class Comparison(BaseModel):
     reason: str
 
 
-def compare_with_reproduction(info: FailureInfo, classification: Any, repro: dict[str, Any],
+def compare_with_reproduction(info: FailureInfo, classification: Any, repro: ReproduceEvidence | None,
                               test_file: str) -> Comparison:
     """Does the test fail the same way as the case's reproduction (category, then signature or type)?"""
-    r_cat, r_sig = repro.get("category"), repro.get("signature")
-    r_type = short_type(repro.get("exception_type"))
+    repro = repro or ReproduceEvidence()
+    r_cat, r_sig = repro.category, repro.signature
+    r_type = short_type(repro.exception_type)
     t_type = short_type(info.exception_type)
     seen = (f"the test failed with {info.exception_type or 'no exception'} ({info.category}): "
             f"{info.message[:200]!r}")
-    wanted = f"the reproduction failed with {repro.get('exception_type') or 'no exception'} ({r_cat})"
+    wanted = f"the reproduction failed with {repro.exception_type or 'no exception'} ({r_cat})"
     if t_type in TEST_BUG_EXCEPTIONS and t_type != r_type:
         where = f" at {info.frame}" if info.frame else ""
         return Comparison(matches=False, reason=(
@@ -658,8 +660,8 @@ def absolute_selector(selector: str, rootdir: Path) -> str:
     return str(path if path.is_absolute() else rootdir / path) + sep + rest
 
 
-def registered_test(flow: Any) -> dict[str, Any]:
-    """The data of the case's registered test (the latest passing `test` evidence)."""
+def registered_test(flow: Any) -> TestEvidence:
+    """The case's registered test (the latest passing `test` evidence)."""
     from pt2_bug_basher.domain.errors import GateClosed
     from pt2_bug_basher.domain.names import Step
 
@@ -671,7 +673,7 @@ def registered_test(flow: Any) -> dict[str, Any]:
             f'Register one: register_test(case_id="{case_id}", test_file="test/<area>/test_<topic>.py", '
             'test_name="<TestClass.test_name>")'
         )
-    return record.data
+    return record.payload(TestEvidence)
 
 
 def repo_cwd(case: CaseRecord, repo: Path, test_file: str | None) -> tuple[Path, list[str]]:

@@ -10,10 +10,11 @@ from typing import Any
 import anyio
 from pydantic import BaseModel, Field
 
+from pt2_bug_basher.case.store import CaseRecord, Store
 from pt2_bug_basher.domain.errors import InvalidInput
+from pt2_bug_basher.domain.evidence import LogsEvidence, ReproduceEvidence
 from pt2_bug_basher.domain.names import Step
 from pt2_bug_basher.execution.runs import RunResult, execute, python_argv
-from pt2_bug_basher.case.store import CaseRecord, Store
 from pt2_bug_basher.execution.tlparse import TraceSummary, run_tlparse
 
 WITH_CONFIG = Path(__file__).resolve().parents[1] / "_probes" / "with_config.py"
@@ -295,20 +296,20 @@ def _record(
         if result.reproduced and result.failure is not None:
             f = result.failure
             summary = f"{script.name} failed {n}/{n} times with the same signature ({f.category}): {f.signature}"
-            store.add_evidence(case.case_id, Step.reproduce.value, True, summary[:500], run_id=run_ids[0], data={
-                "script": str(script), "args": args, "signature": f.signature, "category": f.category,
-                "exception_type": f.exception_type, "message": f.message, "run_ids": run_ids, "repeat": n,
-            })
+            store.add_evidence(case.case_id, Step.reproduce.value, True, summary[:500], run_id=run_ids[0],
+                               data=ReproduceEvidence(
+                                   script=str(script), args=args, signature=f.signature, category=f.category,
+                                   exception_type=f.exception_type, message=f.message, run_ids=run_ids, repeat=n))
             result.recorded.append("reproduce")
         else:
             why = (f"failed {failures}/{n} times" if failures != n
                    else f"failed every time but with {len({p.signature for p in parsed})} different signatures")
             store.add_evidence(case.case_id, Step.reproduce.value, False, f"{script.name} {why}", run_id=run_ids[0],
-                               data={"script": str(script), "run_ids": run_ids,
-                                     "signatures": sorted(str(p.signature) for p in parsed)})
+                               data=ReproduceEvidence(script=str(script), run_ids=run_ids,
+                                                      signatures=sorted(str(p.signature) for p in parsed)))
     if logs_spec and main_check_done and failures:
         summary = (f"TORCH_LOGS={logs_spec}: {result.graph_break_total} graph breaks, "
                    f"{sum(r.count for r in result.recompiles)} recompiles, {result.graphs_compiled} graphs")
         store.add_evidence(case.case_id, Step.logs.value, True, summary, run_id=run_ids[0],
-                           data={"logs": logs_spec, "run_ids": run_ids})
+                           data=LogsEvidence(logs=logs_spec, run_ids=run_ids))
         result.recorded.append("logs")

@@ -12,11 +12,17 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from pt2_bug_basher.case.store import CaseRecord, Store, new_id
 from pt2_bug_basher.domain.errors import InvalidInput
 from pt2_bug_basher.execution.runner import (
-    DEFAULT_LOG_CAP, ProcessOutcome, group_alive, kill_tree, process_alive, run_process, wait_gone,
+    DEFAULT_LOG_CAP,
+    ProcessOutcome,
+    group_alive,
+    kill_tree,
+    process_alive,
+    run_process,
+    wait_gone,
 )
-from pt2_bug_basher.case.store import CaseRecord, Store, new_id
 
 DEFAULT_TIMEOUT_S = 600.0
 MAX_TIMEOUT_S = 4 * 3600.0

@@ -21,9 +21,10 @@ from typing import Any
 
 import anyio
 
-from pt2_bug_basher.domain.errors import InvalidInput, NotFound
-from pt2_bug_basher.execution.gitstate import GIT_TIMEOUT_S, is_git_repo, open_repo
 from pt2_bug_basher.case.store import CaseRecord, Store
+from pt2_bug_basher.domain.errors import InvalidInput, NotFound
+from pt2_bug_basher.domain.evidence import MainCheckEvidence
+from pt2_bug_basher.execution.gitstate import GIT_TIMEOUT_S, is_git_repo, open_repo
 
 KV_PREFIX = "worktree:"
 _BAD_REF_CHARS = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]")
@@ -109,12 +110,13 @@ def _forget(store: Store, path: Path) -> None:
 def case_worktree(store: Store, case: CaseRecord, ref: str | None = None) -> WorktreeRecord:
     """The case's worktree (of ref, else of the latest main check), which must exist."""
     if ref is None:
-        checks = [e for e in store.evidence(case.case_id, "main_check") if e.data.get("worktree")]
+        checks = [p for p in (e.payload(MainCheckEvidence) for e in store.evidence(case.case_id, "main_check"))
+                  if p.worktree]
         if not checks:
             raise NotFound(
                 f'the case has no worktree yet: make_worktree(case_id="{case.case_id}", action="create", ref="main")'
             )
-        path = Path(checks[-1].data["worktree"])
+        path = Path(checks[-1].worktree or "")
     else:
         path = worktree_path(store, case.case_id, check_ref(ref))
     record = get_record(store, path)

@@ -18,8 +18,8 @@ END = "<!-- tools:end -->"
 async def _list_tools():
     from mcp import Client
 
-    from pt2_bug_basher.mcp_server.server import create_server
     from pt2_bug_basher.case.config import ServerConfig
+    from pt2_bug_basher.mcp_server.server import create_server
 
     with tempfile.TemporaryDirectory() as tmp:
         server = create_server(ServerConfig(Path(tmp) / "state", Path(tmp), (Path(tmp),)))

@@ -8,18 +8,21 @@ from __future__ import annotations
 
 import importlib
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
+import anyio
 from mcp.server import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
 
 from pt2_bug_basher import __version__
 from pt2_bug_basher.case.config import ServerConfig
+from pt2_bug_basher.case.pages import read_page
+from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.content import category_playbook, prompt_file, skill_body, skill_text
 from pt2_bug_basher.domain.errors import BugBasherError, NotFound
 from pt2_bug_basher.domain.names import ToolName
-from pt2_bug_basher.case.pages import read_page
-from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.mcp_server.tools import registered_modules
 
 SERVER_NAME = "pt2-bug-basher"
@@ -48,8 +51,15 @@ the method is skill://pt2-bug-basher/SKILL.md.
 
 
 def create_server(config: ServerConfig) -> MCPServer:
-    state = AppState.from_config(config)
-    mcp = MCPServer(SERVER_NAME, title="PT2 Bug Basher", version=__version__, instructions=INSTRUCTIONS)
+    state = AppState.open(config)
+
+    @asynccontextmanager
+    async def lifespan(_server: MCPServer) -> AsyncIterator[AppState]:
+        await state.recover()
+        yield state
+
+    mcp = MCPServer(SERVER_NAME, title="PT2 Bug Basher", version=__version__, instructions=INSTRUCTIONS,
+                    lifespan=lifespan)
     mcp.state = state  # type: ignore[attr-defined]  # typed startup state, for tests and tool modules
     for module in registered_modules():
         importlib.import_module(f"pt2_bug_basher.mcp_server.tools.{module}").register(mcp, state)
@@ -66,9 +76,9 @@ def _register_resources(mcp: MCPServer, state: AppState) -> None:
 
     @mcp.resource("case://{case_id}/status", name="case-status", mime_type="application/json",
                   description="A case's steps, evidence, waivers and next step")
-    def case_status(case_id: str) -> str:
+    async def case_status(case_id: str) -> str:
         try:
-            return state.workflow(case_id).status().model_dump_json(indent=2)
+            return (await state.status(case_id)).model_dump_json(indent=2)
         except NotFound as exc:
             raise ResourceNotFoundError(str(exc)) from exc
         except BugBasherError as exc:
@@ -76,13 +86,13 @@ def _register_resources(mcp: MCPServer, state: AppState) -> None:
 
     @mcp.resource("case://{case_id}/report", name="case-report", mime_type="text/markdown",
                   description="A case for a person: steps as a timeline, runs, classification, tests, waivers, summary")
-    def case_report(case_id: str) -> str:
-        return _report(state, case_id, "markdown")
+    async def case_report(case_id: str) -> str:
+        return await _report(state, case_id, "markdown")
 
     @mcp.resource("case://{case_id}/report.html", name="case-report-html", mime_type="text/html",
                   description="The case report as a self-contained HTML page (inline CSS and SVG, no scripts)")
-    def case_report_html(case_id: str) -> str:
-        return _report(state, case_id, "html")
+    async def case_report_html(case_id: str) -> str:
+        return await _report(state, case_id, "html")
 
     @mcp.resource("case://{case_id}/runs/{run_id}/{stream}{?page}", name="run-log", mime_type="text/plain",
                   description="A run's full stdout or stderr, in pages of 64 KiB (?page=N, from 1)")
@@ -112,11 +122,11 @@ def _register_resources(mcp: MCPServer, state: AppState) -> None:
         return json.dumps(run.__dict__, indent=2, default=str)
 
 
-def _report(state: AppState, case_id: str, form: str) -> str:
+async def _report(state: AppState, case_id: str, form: str) -> str:
     from pt2_bug_basher.report.build import build_report, render_html, render_markdown
 
     try:
-        report = build_report(state.store, case_id)
+        report = await anyio.to_thread.run_sync(build_report, state.store, case_id)
     except NotFound as exc:
         raise ResourceNotFoundError(str(exc)) from exc
     except BugBasherError as exc:

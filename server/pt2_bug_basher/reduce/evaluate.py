@@ -10,20 +10,19 @@ child (the server's group and its descendants), and a candidate past its timeout
 
 from __future__ import annotations
 
-import re
-
 import json
 import os
+import re
 import time
 from pathlib import Path
 
 import anyio
 
+from pt2_bug_basher.case.store import CaseRecord, Store
 from pt2_bug_basher.domain.errors import BugBasherError
-from pt2_bug_basher.reduce.ladder import LAUNCHER, PROBES, Reference, cores, fake_result
 from pt2_bug_basher.execution.runner import ProcessOutcome, run_process
 from pt2_bug_basher.execution.runs import BASE_ENV, RunResult, execute
-from pt2_bug_basher.case.store import CaseRecord, Store
+from pt2_bug_basher.reduce.ladder import LAUNCHER, PROBES, Reference, cores, fake_result
 
 FORKSERVER = PROBES / "forkserver.py"
 START_TIMEOUT_S = 120.0

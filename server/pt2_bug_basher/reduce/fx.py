@@ -21,10 +21,10 @@ from pathlib import Path
 
 import anyio
 
-from pt2_bug_basher.reduce.ladder import PROBES, Reference, compare, describe, run_timeout, verdict_of
-from pt2_bug_basher.reduce.evaluate import ForkServerEvaluator, fork_unsafe
-from pt2_bug_basher.execution.runs import execute
 from pt2_bug_basher.case.store import CaseRecord, Store
+from pt2_bug_basher.execution.runs import execute
+from pt2_bug_basher.reduce.evaluate import ForkServerEvaluator, fork_unsafe
+from pt2_bug_basher.reduce.ladder import PROBES, Reference, compare, describe, run_timeout, verdict_of
 
 FX_DRIVER = PROBES / "fx_driver.py"
 _ENV_LINE = re.compile(r"^os\.environ\['([A-Za-z_][A-Za-z0-9_]*)'\] = '([^'\\]*)'$", re.M)

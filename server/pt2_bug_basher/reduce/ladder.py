@@ -22,16 +22,16 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import anyio
 from pydantic import BaseModel, Field
 
+from pt2_bug_basher.case.store import CaseRecord, Store
 from pt2_bug_basher.domain.errors import InvalidInput
+from pt2_bug_basher.domain.evidence import LadderRowRecord, LocalizeRecord, ReproduceEvidence, lenient
 from pt2_bug_basher.domain.names import Step
 from pt2_bug_basher.execution.runner import ProcessOutcome
 from pt2_bug_basher.execution.runs import BASE_ENV, RunResult, execute
-from pt2_bug_basher.case.store import CaseRecord, Store
 
 PROBES = Path(__file__).resolve().parents[1] / "_probes"
 LAUNCHER = PROBES / "launcher.py"
@@ -74,11 +74,10 @@ def load_reference(store: Store, case: CaseRecord) -> Reference:
             f"case {case.case_id} has no successful reproduction: run "
             f'run_with_logs(case_id="{case.case_id}", script="<repro.py>", repeat=2) first.'
         )
-    record = records[-1]
-    data = record.data
+    data = records[-1].payload(ReproduceEvidence)
     env: dict[str, str] = {}
     durations: list[float] = []
-    for run_id in data.get("run_ids") or []:
+    for run_id in data.run_ids:
         try:
             run = store.get_run(run_id, case.case_id)
         except Exception:  # noqa: BLE001 - a missing run only loses its timing
@@ -88,10 +87,10 @@ def load_reference(store: Store, case: CaseRecord) -> Reference:
         if run.ended_at:
             durations.append(run.ended_at - run.started_at)
     return Reference(
-        case_id=case.case_id, script=Path(data["script"]), args=list(data.get("args") or []),
-        signature=data.get("signature"), category=data.get("category") or "unknown",
-        exception_type=data.get("exception_type"), message=data.get("message"), env=env,
-        duration_s=max(durations) if durations else 30.0, run_ids=list(data.get("run_ids") or []),
+        case_id=case.case_id, script=Path(data.script), args=list(data.args),
+        signature=data.signature, category=data.category or "unknown",
+        exception_type=data.exception_type, message=data.message, env=env,
+        duration_s=max(durations) if durations else 30.0, run_ids=list(data.run_ids),
     )
 
 
@@ -343,11 +342,18 @@ async def localize(
         layer=layer, meaning=meaning, dynamic_shapes=dynamic_text, comparison=comparison, minifier=minify_call,
         notes=notes, next_step=f"Reduce it: {minify_call} (mode=\"auto\" picks the same from this localisation).",
     )
-    store.set_kv(LOCALIZE_KV.format(case_id=cid), json.dumps({"first_failing": first, "layer": layer,
-                                                              "signature": ref.signature}))
+    record = LocalizeRecord(first_failing=first, layer=layer, signature=ref.signature,
+                            table=[LadderRowRecord(**row.model_dump()) for row in table])
+    store.set_kv(LOCALIZE_KV.format(case_id=cid), record.model_dump_json())
     return result
 
 
-def localized(store: Store, case_id: str) -> dict[str, Any] | None:
+def localized(store: Store, case_id: str) -> LocalizeRecord | None:
+    """What localize recorded for the case, if it ran."""
     raw = store.get_kv(LOCALIZE_KV.format(case_id=case_id))
-    return json.loads(raw) if raw else None
+    if not raw:
+        return None
+    try:
+        return lenient(LocalizeRecord, json.loads(raw))
+    except ValueError:
+        return None

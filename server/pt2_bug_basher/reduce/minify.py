@@ -9,11 +9,12 @@ from pathlib import Path
 import anyio
 from pydantic import BaseModel, Field
 
-from pt2_bug_basher.domain.errors import BugBasherError, InvalidInput
-from pt2_bug_basher.domain.names import Step
-from pt2_bug_basher.reduce.ladder import Reference, compare, cores, describe, localized, run_timeout, verdict_of
-from pt2_bug_basher.execution.runs import execute
 from pt2_bug_basher.case.store import CaseRecord, Store
+from pt2_bug_basher.domain.errors import BugBasherError, InvalidInput
+from pt2_bug_basher.domain.evidence import ReduceEvidence
+from pt2_bug_basher.domain.names import Step
+from pt2_bug_basher.execution.runs import execute
+from pt2_bug_basher.reduce.ladder import Reference, compare, cores, describe, localized, run_timeout, verdict_of
 
 MODES = ("auto", "fx", "source")
 AFTERS = ("aot", "dynamo")
@@ -85,8 +86,8 @@ def check_budget(budget_s: float | None) -> float:
 def pick_mode(store: Store, case: CaseRecord, ref: Reference) -> tuple[str, str, str]:
     """(mode, after, why) for mode='auto'."""
     loc = localized(store, case.case_id)
-    if loc is not None and loc.get("signature") == ref.signature:
-        first = loc.get("first_failing")
+    if loc is not None and loc.signature == ref.signature:
+        first = loc.first_failing
         if first == "inductor":
             return "fx", "aot", "localize: only Inductor fails, so PyTorch's minifier after AOTAutograd fits"
         if first in ("aot_eager", "aot_eager_decomp_partition"):
@@ -255,9 +256,9 @@ def _record(store: Store, case: CaseRecord, result: MinifyResult) -> None:
     else:
         summary = f"{result.mode} reduction {before} -> {after} {unit}: {name} does not fail the case's way"
     store.add_evidence(case.case_id, Step.reduce.value, result.confirmed, summary[:500], run_id=result.confirm_run_id,
-                       data={"minimized_path": result.minimized_path, "before": result.before,
-                             "after": result.after, "mode": result.mode, "comparison": result.comparison,
-                             "budget_exhausted": result.budget_exhausted})
+                       data=ReduceEvidence(minimized_path=result.minimized_path, before=result.before,
+                                           after=result.after, mode=result.mode, comparison=result.comparison,
+                                           budget_exhausted=result.budget_exhausted))
     if result.confirmed:
         result.recorded.append("reduce")
 

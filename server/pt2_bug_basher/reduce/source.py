@@ -31,8 +31,8 @@ import anyio
 import anyio.from_thread
 import anyio.to_thread
 
-from pt2_bug_basher.reduce.ladder import Reference, compare, verdict_of
 from pt2_bug_basher.reduce.evaluate import Evaluator
+from pt2_bug_basher.reduce.ladder import Reference, compare, verdict_of
 
 ProgressFn = Callable[[str], Awaitable[None]]
 PROGRESS_EVERY_S = 10.0

@@ -24,11 +24,24 @@ import math
 import re
 import shlex
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from pt2_bug_basher.case.store import EvidenceRecord, RunRecord, Store
+from pt2_bug_basher.domain.evidence import (
+    ArtifactsEvidence,
+    CelebrateEvidence,
+    ClassifyEvidence,
+    LocalizeRecord,
+    MainCheckEvidence,
+    ReduceEvidence,
+    ReproduceEvidence,
+    ReviewEvidence,
+    TestEvidence,
+    VerifyEvidence,
+)
 
 STATUS_LABELS = {
     "done": "done", "waived": "waived", "stale": "stale", "failed": "failed", "stopped": "stopped",
@@ -422,20 +435,16 @@ def _classification(store: Store, by_step: dict[str, list[EvidenceRecord]], runs
     if not records and not repro:
         return None
     record = records[-1] if records else None
-    data = _dict(record.data) if record else _dict(repro[-1].data)
+    classified = record.payload(ClassifyEvidence) if record else None
+    reproduced = repro[-1].payload(ReproduceEvidence) if repro else None
     summary_word = (_str(record.summary).split() or [""])[0] if record else ""
-    category = _str(data.get("category"), 60) or summary_word or "unknown"
-    secondary = [_str(s, 60) for s in _list(data.get("secondary"))]
+    category = _str(classified.category if classified else reproduced.category if reproduced else None, 60)
+    category = category or summary_word or "unknown"
+    secondary = [_str(s, 60) for s in (classified.secondary if classified else [])]
     run_id = (record.run_id if record else None) or (repro[-1].run_id if repro else None)
     source = "classify_error" if record else "the reproduction (classify_error not called yet)"
-    lines: list[EvidenceLineView] = []
-    stored = _list(data.get("evidence"))
-    for item in stored[:12]:
-        if isinstance(item, dict):
-            lines.append(EvidenceLineView(_int(item.get("line_no")), _str(item.get("text"), 500),
-                                          _str(item.get("rule"), 80)))
-        else:
-            lines.append(EvidenceLineView(None, _str(item, 500), ""))
+    lines = [EvidenceLineView(item.line_no, _str(item.text, 500), _str(item.rule, 80))
+             for item in (classified.evidence if classified else [])[:12]]
     if not lines and run_id:
         run = next((r for r in runs if r.run_id == run_id), None)
         text = _read_tail(run.stderr_path) if run else None
@@ -456,23 +465,19 @@ def _classification(store: Store, by_step: dict[str, list[EvidenceRecord]], runs
 def _localization(store: Store, case_id: str, runs: list[RunRecord]) -> LocalizationView | None:
     from pt2_bug_basher.reduce.ladder import localized
 
-    try:
-        recorded = _dict(localized(store, case_id))
-    except ValueError:
-        recorded = {}
+    recorded = localized(store, case_id)
     ladder = [r for r in runs if r.tool == "localize"]
-    if not recorded and not ladder:
+    if recorded is None and not ladder:
         return None
     rows: list[LadderRowView] = []
-    table = _list(recorded.get("table"))
-    if table:
+    if recorded is not None and recorded.table:
         source = "the table localize recorded"
-        for row in table:
-            row = _dict(row)
-            rows.append(LadderRowView(_str(row.get("backend"), 60), _str(row.get("dynamic"), 20) or "script",
-                                      _str(row.get("outcome"), 60), _str(row.get("run_id"), 80),
-                                      _span(_num(row.get("seconds"))), _str(row.get("failure"), 300)))
+        for row in recorded.table:
+            rows.append(LadderRowView(_str(row.backend, 60), _str(row.dynamic, 20) or "script",
+                                      _str(row.outcome, 60), _str(row.run_id, 80),
+                                      _span(_num(row.seconds)), _str(row.failure, 300)))
     else:
+        # Cases localised before the table was recorded: rows from the ladder's runs.
         source = "the localize runs"
         for run in ladder:
             argv = [str(a) for a in run.argv] if isinstance(run.argv, list) else []
@@ -486,8 +491,9 @@ def _localization(store: Store, case_id: str, runs: list[RunRecord]) -> Localiza
                                       if "--dynamic" in argv else "script",
                                       _str(result.get("outcome"), 60) or view.outcome, run.run_id, view.duration,
                                       _str(result.get("failure"), 300)))
-    return LocalizationView(_str(recorded.get("first_failing")) or None, _str(recorded.get("layer")) or None,
-                            _str(recorded.get("signature"), 500) or None, rows, source)
+    recorded = recorded or LocalizeRecord()
+    return LocalizationView(_str(recorded.first_failing) or None, _str(recorded.layer) or None,
+                            _str(recorded.signature, 500) or None, rows, source)
 
 
 def _size(value: Any, unit: str) -> int | None:
@@ -521,8 +527,8 @@ def _minify(by_step: dict[str, list[EvidenceRecord]], runs: list[RunRecord]) -> 
     previous = 0.0
     minify_runs = sorted((r for r in runs if r.tool == "minify"), key=lambda r: r.started_at)
     for record in by_step.get("reduce", []):
-        data = _dict(record.data)
-        after, before = _dict(data.get("after")), _dict(data.get("before"))
+        data = record.payload(ReduceEvidence)
+        after, before = data.after, data.before
         unit = next((u for u in ("nodes", "lines", "statements", "bytes") if u in after or u in before), "lines")
         window = [r for r in minify_runs if previous < r.started_at <= record.created_at]
         start = window[0].started_at if window else record.created_at
@@ -530,7 +536,7 @@ def _minify(by_step: dict[str, list[EvidenceRecord]], runs: list[RunRecord]) -> 
         b, a = _size(before, unit), _size(after, unit)
         if b is not None:
             points.append((0.0, float(b)))
-        for item in _list(data.get("progress")):
+        for item in _list((data.model_extra or {}).get("progress")):
             item = _dict(item)
             size = _num(item.get("size", item.get(unit)))
             t = _num(item.get("t"))
@@ -544,11 +550,11 @@ def _minify(by_step: dict[str, list[EvidenceRecord]], runs: list[RunRecord]) -> 
         if a is not None:
             points.append((max(record.created_at - start, points[-1][0] if points else 0.0), float(a)))
         points.sort(key=lambda p: p[0])
-        name = Path(_str(data.get("minimized_path"))).name if data.get("minimized_path") else ""
+        name = Path(data.minimized_path).name if data.minimized_path else ""
         attempts.append(MinifyAttempt(
-            mode=_str(data.get("mode"), 20) or "?", ok=record.ok, summary=_str(record.summary), unit=unit,
-            before=b, after=a, path=name, comparison=_str(data.get("comparison"), 40),
-            budget_exhausted=bool(data.get("budget_exhausted")), when=_when(record.created_at), points=points,
+            mode=_str(data.mode, 20) or "?", ok=record.ok, summary=_str(record.summary), unit=unit,
+            before=b, after=a, path=name, comparison=_str(data.comparison, 40),
+            budget_exhausted=data.budget_exhausted, when=_when(record.created_at), points=points,
         ))
         previous = record.created_at
     for attempt in attempts[-MAX_CHARTS:]:
@@ -564,46 +570,42 @@ def _tests(by_step: dict[str, list[EvidenceRecord]], t0: float) -> TestsView:
     test = next((r for r in reversed(by_step.get("test", [])) if r.ok), None) or (
         by_step["test"][-1] if by_step.get("test") else None)
     if test is not None:
-        d = _dict(test.data)
+        t = test.payload(TestEvidence)
         view.registered = {
-            "test": _str(d.get("node_id")) or f"{_str(d.get('test_file'))}::{_str(d.get('test_name'))}",
-            "state": "fails on the branch (registered)" if test.ok else _str(d.get("outcome")) or "not registered",
-            "failure": " ".join(filter(None, [_str(d.get("exception_type"), 200),
-                                              f"({_str(d.get('category'), 60)})" if d.get("category") else ""])),
-            "message": _str(d.get("message"), 600), "when": _when(test.created_at), "ok": "yes" if test.ok else "",
+            "test": _str(t.node_id) or f"{_str(t.test_file)}::{_str(t.test_name)}",
+            "state": "fails on the branch (registered)" if test.ok else _str(t.outcome) or "not registered",
+            "failure": " ".join(filter(None, [_str(t.exception_type, 200),
+                                              f"({_str(t.category, 60)})" if t.category else ""])),
+            "message": _str(t.message, 600), "when": _when(test.created_at), "ok": "yes" if test.ok else "",
         }
     main = by_step.get("main_check", [])
     if main:
-        d = _dict(main[-1].data)
-        outcome = _str(d.get("outcome"), 40)
+        m = main[-1].payload(MainCheckEvidence)
+        outcome = _str(m.outcome, 40)
         view.on_main = {
-            "ref": _str(d.get("ref"), 200) or "main", "commit": _str(d.get("commit"), 12),
+            "ref": _str(m.ref, 200) or "main", "commit": _str(m.commit, 12),
             "outcome": outcome or ("failed" if main[-1].ok else "?"),
             "meaning": "fails on main too: the bug is real there" if main[-1].ok else
             "passes on main: the case stopped" if outcome == "passed" else "not confirmed",
-            "failure": _str(d.get("exception_type"), 200), "message": _str(d.get("message"), 600),
+            "failure": _str(m.exception_type, 200), "message": _str(m.message, 600),
             "when": _when(main[-1].created_at), "ok": "yes" if main[-1].ok else "",
         }
     verify = by_step.get("verify", [])
     if verify:
-        d = _dict(verify[-1].data)
-        counts = {k: _int(v) for k, v in _dict(d.get("counts")).items() if _int(v) is not None}
+        v = verify[-1].payload(VerifyEvidence)
         view.verify = {
             "ok": verify[-1].ok, "summary": _str(verify[-1].summary), "when": _when(verify[-1].created_at),
-            "registered": _str(d.get("registered"), 300), "registered_outcome": _str(d.get("registered_outcome"), 40),
-            "counts": counts, "problems": [_str(p, 300) for p in _list(d.get("problems"))],
-            "tests": [TestLine(_str(t.get("node_id"), 300), _str(t.get("outcome"), 40))
-                      for t in _list(d.get("tests"))[:200] if isinstance(t, dict) and t.get("node_id")],
+            "registered": _str(v.registered, 300), "registered_outcome": _str(v.registered_outcome, 40),
+            "counts": dict(v.counts), "problems": [_str(p, 300) for p in v.problems],
+            "tests": [TestLine(_str(t.node_id, 300), _str(t.outcome, 40)) for t in v.tests[:200] if t.node_id],
         }
     review = by_step.get("review", [])
     if review:
-        d = _dict(review[-1].data)
+        r = review[-1].payload(ReviewEvidence)
         view.review = {
             "ok": review[-1].ok, "summary": _str(review[-1].summary), "when": _when(review[-1].created_at),
-            "files": [{"path": _str(_dict(f).get("path"), 300), "added": _int(_dict(f).get("added")),
-                       "removed": _int(_dict(f).get("removed"))} for f in _list(d.get("files"))[:100]],
-            "findings": [{"severity": _str(_dict(f).get("severity"), 20), "text": _str(_dict(f).get("text"), 400)}
-                         for f in _list(d.get("findings"))[:50]],
+            "files": [{"path": _str(f.path, 300), "added": f.added, "removed": f.removed} for f in r.files[:100]],
+            "findings": [{"severity": _str(f.severity, 20), "text": _str(f.text, 400)} for f in r.findings[:50]],
         }
     return view
 
@@ -611,11 +613,11 @@ def _tests(by_step: dict[str, list[EvidenceRecord]], t0: float) -> TestsView:
 def _artifacts(by_step: dict[str, list[EvidenceRecord]]) -> list[dict[str, str]]:
     out = []
     for record in by_step.get("artifacts", []):
-        d = _dict(record.data)
+        d = record.payload(ArtifactsEvidence)
         out.append({"summary": _str(record.summary), "ok": "yes" if record.ok else "", "when": _when(record.created_at),
-                    "index": _str(d.get("index"), 500), "run_id": _str(record.run_id or d.get("run_id"), 80),
-                    "failure_graph": _str(d.get("failure_graph"), 200),
-                    "failure_kernel": _str(d.get("failure_kernel"), 200)})
+                    "index": _str(d.index, 500), "run_id": _str(record.run_id or d.run_id, 80),
+                    "failure_graph": _str(d.failure_graph, 200),
+                    "failure_kernel": _str(d.failure_kernel, 200)})
     return out
 
 
@@ -623,9 +625,9 @@ def _summary(by_step: dict[str, list[EvidenceRecord]]) -> dict[str, str] | None:
     records = by_step.get("celebrate", [])
     if not records:
         return None
-    d = _dict(records[-1].data)
-    return {"root_cause": _str(d.get("root_cause"), 8000), "fix_summary": _str(d.get("fix_summary"), 8000),
-            "celebration": _str(d.get("celebration"), 2000), "when": _when(records[-1].created_at)}
+    d = records[-1].payload(CelebrateEvidence)
+    return {"root_cause": _str(d.root_cause, 8000), "fix_summary": _str(d.fix_summary, 8000),
+            "celebration": _str(d.celebration, 2000), "when": _when(records[-1].created_at)}
 
 
 # --------------------------------------------------------------------------------------------

@@ -6,8 +6,8 @@ import functools
 from collections.abc import Awaitable, Callable
 from typing import ParamSpec, TypeVar
 
-from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 
 from pt2_bug_basher.domain.errors import BugBasherError

@@ -10,12 +10,19 @@ import anyio
 from mcp.server import MCPServer
 from pydantic import BaseModel, Field
 
-from pt2_bug_basher.domain.errors import InvalidInput
-from pt2_bug_basher.domain.names import Step, ToolName
 from pt2_bug_basher.analysis.review import FileStat
 from pt2_bug_basher.case.state import AppState
-from pt2_bug_basher.mcp_server.tools._base import RECORDS, tool_errors
 from pt2_bug_basher.case.workflow import Waiver
+from pt2_bug_basher.domain.errors import InvalidInput
+from pt2_bug_basher.domain.evidence import (
+    CelebrateEvidence,
+    MainCheckEvidence,
+    ReviewEvidence,
+    TestEvidence,
+    VerifyEvidence,
+)
+from pt2_bug_basher.domain.names import Step, ToolName
+from pt2_bug_basher.mcp_server.tools._base import RECORDS, tool_errors
 
 ROTATION_KEY = "celebrations:recent"
 FALLBACK = ["Bug fixed, test green, review clean. Well done."]
@@ -57,35 +64,38 @@ def register(mcp: MCPServer, state: AppState) -> None:
         root_cause, fix_summary = root_cause.strip(), fix_summary.strip()
         if len(root_cause) < 20 or len(fix_summary) < 20:
             raise InvalidInput("give the root cause and the fix summary in a sentence or more each (20+ characters).")
-        flow = state.gate(ToolName.celebrate, case_id)
+        flow = await state.gate(ToolName.celebrate, case_id)
         tree = await anyio.to_thread.run_sync(lambda: flow.tree_hash)
         test = flow.latest_ok(Step.test)
         verify = flow.latest_ok(Step.verify)
         review = flow.latest_ok(Step.review)
         status = flow.status()
-        test_data = test.data if test else {}
-        verify_data = verify.data if verify else {}
-        review_data = review.data if review else {}
-        stats = [FileStat(**s) for s in review_data.get("files", [])]
-        tests = [TestOutcomeLine(**t) for t in verify_data.get("tests", [])][:50]
-        warnings = [f["text"] for f in review_data.get("findings", []) if f.get("severity") == "warning"][:10]
-        failed_before = (f"{test_data.get('exception_type') or 'failure'} ({test_data.get('category')}): "
-                         f"{(test_data.get('message') or '')[:300]}") if test_data else "the test step was waived"
+        test_data = test.payload(TestEvidence) if test else None
+        verify_data = verify.payload(VerifyEvidence) if verify else VerifyEvidence()
+        review_data = review.payload(ReviewEvidence) if review else ReviewEvidence()
+        stats = [FileStat(path=s.path, status=s.status or "modified", added=s.added or 0, removed=s.removed or 0)
+                 for s in review_data.files]
+        tests = [TestOutcomeLine(node_id=t.node_id, outcome=t.outcome) for t in verify_data.tests][:50]
+        warnings = [f.text for f in review_data.findings if f.severity == "warning"][:10]
+        failed_before = (f"{test_data.exception_type or 'failure'} ({test_data.category}): "
+                         f"{(test_data.message or '')[:300]}") if test_data else "the test step was waived"
         line = _next_celebration(state)
         result = CelebrateResult(
             case_id=case_id, root_cause=root_cause, fix_summary=fix_summary, diff_stat=stats,
-            lines_changed=int(review_data.get("lines_changed", 0)),
-            test_added=f"{test_data.get('test_file')}::{test_data.get('test_name')}" if test_data else "(waived)",
+            lines_changed=review_data.lines_changed,
+            test_added=f"{test_data.test_file}::{test_data.test_name}" if test_data else "(waived)",
             failed_before=failed_before, tests_verified=tests, review_warnings=warnings, waivers=status.waivers,
             celebration=line, summary="", next_step="",
         )
         result.summary = _markdown(result)
         state.store.add_evidence(case_id, Step.celebrate.value, True, f"celebrated: {root_cause[:200]}",
-                                 tree_hash=tree, data={"root_cause": root_cause, "fix_summary": fix_summary,
-                                                       "celebration": line})
+                                 tree_hash=tree, data=CelebrateEvidence(root_cause=root_cause, fix_summary=fix_summary,
+                                                                     celebration=line))
+        main_check = flow.latest(Step.main_check)
+        main_ref = main_check.payload(MainCheckEvidence).ref if main_check else "main"
         result.next_step = ("Done. Share the summary with the user; it doubles as the PR description. Remove the "
                             f'worktree when you no longer need it: make_worktree(case_id="{case_id}", action="remove", '
-                            f'ref="{(flow.latest(Step.main_check).data if flow.latest(Step.main_check) else {}).get("ref", "main")}")')
+                            f'ref="{main_ref}")')
         return result
 
 

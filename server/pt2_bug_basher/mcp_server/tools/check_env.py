@@ -10,11 +10,11 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.resolve import Elicit, Resolve
 from pydantic import BaseModel, Field
 
-from pt2_bug_basher.execution.environment import CheckEnvResult, start_case
-from pt2_bug_basher.domain.errors import InvalidInput
-from pt2_bug_basher.domain.names import ToolName
 from pt2_bug_basher.case.paths import confine
 from pt2_bug_basher.case.state import AppState
+from pt2_bug_basher.domain.errors import InvalidInput
+from pt2_bug_basher.domain.names import ToolName
+from pt2_bug_basher.execution.environment import CheckEnvResult, start_case
 from pt2_bug_basher.mcp_server.tools._base import RECORDS, tool_errors
 
 

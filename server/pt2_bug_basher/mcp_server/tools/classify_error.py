@@ -8,11 +8,12 @@ from typing import Annotated
 from mcp.server import MCPServer
 from pydantic import BaseModel, Field
 
-from pt2_bug_basher.domain.errors import InvalidInput
-from pt2_bug_basher.playbooks import CategoryGuide, diagnostic_call, guide
-from pt2_bug_basher.domain.names import Step, ToolName
 from pt2_bug_basher.case.state import AppState
+from pt2_bug_basher.domain.errors import InvalidInput
+from pt2_bug_basher.domain.evidence import ClassifyEvidence, EvidenceLineRecord, ReproduceEvidence
+from pt2_bug_basher.domain.names import Step, ToolName
 from pt2_bug_basher.mcp_server.tools._base import RECORDS, tool_errors
+from pt2_bug_basher.playbooks import CategoryGuide, diagnostic_call, guide
 
 MAX_TEXT = 8 * 1024 * 1024
 
@@ -72,21 +73,22 @@ def register(mcp: MCPServer, state: AppState) -> None:
         if case_id is not None:
             if script is None:
                 repro = state.store.evidence(case_id, Step.reproduce.value)
-                script = next((e.data.get("script") for e in reversed(repro) if e.ok), None)
+                script = next((e.payload(ReproduceEvidence).script for e in reversed(repro) if e.ok), None)
             state.store.add_evidence(
                 case_id, Step.classify.value, result.category != "unknown",
                 f"{result.category} (confidence {result.confidence:.2f})"
                 + (f", also {', '.join(result.secondary)}" if result.secondary else ""),
-                data={"category": result.category, "secondary": list(result.secondary),
-                      "evidence": [{"line_no": e.line_no, "text": e.text, "rule": e.rule} for e in result.evidence],
-                      "compile_mode": result.compile_mode, "phase": result.phase},
+                data=ClassifyEvidence(
+                    category=result.category, secondary=list(result.secondary),
+                    evidence=[EvidenceLineRecord(line_no=e.line_no, text=e.text, rule=e.rule) for e in result.evidence],
+                    compile_mode=result.compile_mode, phase=result.phase),
                 run_id=run_id,
             )
             recorded = True
         failure = result.failure
         diagnostic = diagnostic_call(result.category, case_id, script)
         if case_id is not None:
-            nxt = state.workflow(case_id).status().next_step
+            nxt = (await state.status(case_id)).next_step
         else:
             nxt = f"Run the diagnostic: {diagnostic}" if result.category != "unknown" else (
                 "The text shows no known failure pattern. Pass the full stderr (the last exception and the "

@@ -18,13 +18,14 @@ from pt2_bug_basher.artifacts.collect import (
     evidence_summary,
     resolve_artifact,
 )
-from pt2_bug_basher.domain.errors import BugBasherError, InvalidInput, NotFound
-from pt2_bug_basher.execution.repro import check_args
-from pt2_bug_basher.domain.names import Step, ToolName
 from pt2_bug_basher.case.pages import read_page
-from pt2_bug_basher.execution.runs import MAX_TIMEOUT_S, check_env_additions, check_timeout
 from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.case.store import CaseRecord
+from pt2_bug_basher.domain.errors import BugBasherError, InvalidInput, NotFound
+from pt2_bug_basher.domain.evidence import ReproduceEvidence
+from pt2_bug_basher.domain.names import Step, ToolName
+from pt2_bug_basher.execution.repro import check_args
+from pt2_bug_basher.execution.runs import MAX_TIMEOUT_S, check_env_additions, check_timeout
 from pt2_bug_basher.mcp_server.tools._base import RUNS_CODE, progress_reporter, tool_errors
 
 
@@ -53,7 +54,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
         FX nodes they compute); for a failure, the graph and kernel it happened in, from the
         traceback's frame in generated code or the compiler's error. Every file is a resource
         case://<case_id>/artifacts/<path>, read in pages (?page=N)."""
-        flow = state.gate(ToolName.collect_debug_artifacts, case_id)
+        flow = await state.gate(ToolName.collect_debug_artifacts, case_id)
         case = flow.case
         target = resolve_target(state, case, script, run_id, check_args(args) if args else None)
         result = await collect(
@@ -63,7 +64,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
         ok, summary, data = evidence_summary(result)
         state.store.add_evidence(case.case_id, Step.artifacts.value, ok, summary, data=data, run_id=result.run_id)
         result.recorded.append(Step.artifacts.value)
-        result.next_step = next_step(state, result, ok)
+        result.next_step = await next_step(state, result, ok)
         return result
 
     @mcp.resource("case://{case_id}/artifacts/{+path}{?page}", name="debug-artifact", mime_type="text/plain",
@@ -111,15 +112,15 @@ def resolve_target(
             cwd = _cwd(state, case, run.cwd, path.parent)
         return Target(command, cwd, shown, env=carried_env(run.env), source=f"run {run_id}")
     records = state.store.evidence(case.case_id, Step.reproduce.value)
-    scripted = [r for r in records if r.data.get("script")]
+    scripted = [p for p in (r.payload(ReproduceEvidence) for r in records) if p.script]
     if not scripted:
         raise InvalidInput(
             "no script to rerun: pass script=\"<repro.py>\" or run_id=\"<run>\" (the case has no reproduction "
             f"on record; step 2 is run_with_logs(case_id=\"{case.case_id}\", script=\"<repro.py>\", repeat=2))."
         )
-    record = scripted[-1]
-    path = _script(state, case, record.data["script"], "the case's reproduction script")
-    repro_args = args if args is not None else [str(a) for a in record.data.get("args") or []]
+    repro = scripted[-1]
+    path = _script(state, case, repro.script, "the case's reproduction script")
+    repro_args = args if args is not None else list(repro.args)
     return Target([case.python, str(path), *repro_args], path.parent, str(path), source="reproduction")
 
 
@@ -138,8 +139,8 @@ def _cwd(state: AppState, case: CaseRecord, cwd: str, fallback: Path) -> Path:
     return path if path.is_dir() else fallback
 
 
-def next_step(state: AppState, result: CollectArtifactsResult, ok: bool) -> str:
-    after = state.workflow(result.case_id).status().next_step
+async def next_step(state: AppState, result: CollectArtifactsResult, ok: bool) -> str:
+    after = (await state.status(result.case_id)).next_step
     call = f'collect_debug_artifacts(case_id="{result.case_id}", run_id="{result.run_id}"'
     if not ok:
         return ("TORCH_COMPILE_DEBUG wrote nothing: the script may not reach torch.compile with the Inductor backend, "

@@ -7,11 +7,11 @@ from typing import Annotated
 from mcp.server import MCPServer
 from pydantic import BaseModel, Field
 
+from pt2_bug_basher.case.state import AppState
+from pt2_bug_basher.case.workflow import CaseStatus
 from pt2_bug_basher.content import skill_body
 from pt2_bug_basher.domain.names import ToolName
-from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.mcp_server.tools._base import READ_ONLY, tool_errors
-from pt2_bug_basher.case.workflow import CaseStatus
 
 
 class WorkflowResult(BaseModel):
@@ -34,5 +34,5 @@ def register(mcp: MCPServer, state: AppState) -> None:
                 skill=skill_body(),
                 next_step='Start a case: check_env(conda_env="<env>") (or python="<path>").',
             )
-        status = state.workflow(case_id).status()
+        status = (await state.status(case_id))
         return WorkflowResult(case=status, next_step=status.next_step)

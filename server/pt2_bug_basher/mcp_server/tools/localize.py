@@ -8,11 +8,12 @@ from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from pydantic import Field
 
+from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.domain.errors import InvalidInput
 from pt2_bug_basher.domain.names import ToolName
-from pt2_bug_basher.reduce.ladder import LocalizeResult, load_reference, localize as run_ladder
-from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.mcp_server.tools._base import RUNS_CODE, progress_reporter, tool_errors
+from pt2_bug_basher.reduce.ladder import LocalizeResult, load_reference
+from pt2_bug_basher.reduce.ladder import localize as run_ladder
 
 
 def register(mcp: MCPServer, state: AppState) -> None:
@@ -31,7 +32,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
         the case's way (and which fail differently), the layer that implies (Dynamo, AOTAutograd,
         decompositions, Inductor, dynamic shapes), how failures were compared, and the minify call
         that fits."""
-        flow = state.gate(ToolName.localize, case_id)
+        flow = await state.gate(ToolName.localize, case_id)
         case = flow.case
         ref = load_reference(state.store, case)
         path = state.confine(case, script, "script") if script else ref.script

@@ -7,15 +7,15 @@ from typing import Annotated, Any, Literal
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
+from mcp_types import ToolAnnotations
 from pydantic import BaseModel, Field
 
-from pt2_bug_basher.domain.errors import BugBasherError, InvalidInput
-from pt2_bug_basher.domain.names import Step, ToolName
-from pt2_bug_basher.execution.runs import MAX_TIMEOUT_S, check_timeout, execute
 from pt2_bug_basher.case.state import AppState
+from pt2_bug_basher.domain.errors import BugBasherError, InvalidInput
+from pt2_bug_basher.domain.evidence import MainCheckEvidence, TestEvidence
+from pt2_bug_basher.domain.names import Step, ToolName
 from pt2_bug_basher.execution.pytest_runs import FailureInfo
-from mcp_types import ToolAnnotations
-
+from pt2_bug_basher.execution.runs import MAX_TIMEOUT_S, check_timeout, execute
 from pt2_bug_basher.mcp_server.tools._base import progress_reporter, tool_errors
 
 TORCH_MARKER = "PT2BB-TORCH:"
@@ -71,34 +71,34 @@ def register(mcp: MCPServer, state: AppState) -> None:
             case = state.store.get_case(case_id)
             path = await worktrees.remove(state.store, case, ref, force=force)
             return WorktreeResult(action="remove", ok=True, ref=ref, worktree=str(path),
-                                  next_step=state.workflow(case_id).status().next_step)
+                                  next_step=(await state.status(case_id)).next_step)
         if action != "create":
             raise InvalidInput(f"action must be 'create' or 'remove', not {action!r}.")
         worktrees.check_ref(ref)
-        flow = state.gate(ToolName.make_worktree, case_id)
+        flow = await state.gate(ToolName.make_worktree, case_id)
         case = flow.case
         test = testing.registered_test(flow)
         torch_from_repo = bool((case.env.get("torch") or {}).get("imported_from_repo"))
-        created = await worktrees.create(state.store, case, ref, test["test_file"], torch_from_repo, force=force)
+        created = await worktrees.create(state.store, case, ref, test.test_file, torch_from_repo, force=force)
         record = created.record
         cwd, env_add, notes = worktrees.run_environment(record)
         result = WorktreeResult(
             action="create", ok=False, ref=ref, worktree=str(created.path), commit=record.commit,
-            test=test["node_id"], linked_build_outputs=len(record.linked), replaced=created.replaced, notes=notes,
+            test=test.node_id, linked_build_outputs=len(record.linked), replaced=created.replaced, notes=notes,
             next_step="",
         )
         timeout = check_timeout(timeout_s)
         progress = progress_reporter(ctx)
         if torch_from_repo:
             await _check_torch_source(state, case, cwd, env_add, created.path, result, timeout)
-        keyword = test.get("keyword")
-        selectors = [test["test_file"]] if keyword else [test["node_id"]]
+        keyword = test.keyword
+        selectors = [test.test_file] if keyword else [test.node_id]
         ran = await testing.run_pytest(state.store, case, selectors, cwd=cwd, rootdir=created.path, keyword=keyword,
                                        env_add=env_add, tool=ToolName.make_worktree.value, timeout_s=timeout,
                                        progress=progress, label=f"pytest on {ref}")
         result.run_id = ran.run_id
         retry = f'make_worktree(case_id="{case_id}", action="create", ref="{ref}")'
-        data = {"ref": ref, "commit": record.commit, "worktree": str(created.path), "node_id": test["node_id"]}
+        data = MainCheckEvidence(ref=ref, commit=record.commit, worktree=str(created.path), node_id=test.node_id)
         report = ran.report
         if report.collection_errors:
             err = report.collection_errors[0]
@@ -107,7 +107,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
                                 f"on something that is not on {ref}: make it self-contained, register it again, "
                                 f"then {retry}.")
             return result
-        matched = [t for t in report.tests if t.node_id == test["node_id"]] or report.tests
+        matched = [t for t in report.tests if t.node_id == test.node_id] or report.tests
         if not matched:
             result.outcome = "not_run"
             result.next_step = f"pytest ran no test on {ref}: {ran.usage_error or 'nothing collected'}. Check the test name, then {retry}."
@@ -122,11 +122,11 @@ def register(mcp: MCPServer, state: AppState) -> None:
                 return result
             state.store.add_evidence(
                 case_id, Step.main_check.value, False,
-                f"{test['test_name']} PASSES on {ref} ({record.commit[:12]}) — the test may not capture the bug, "
-                "or it is already fixed", run_id=ran.run_id, data={**data, "outcome": "passed"},
+                f"{test.test_name} PASSES on {ref} ({record.commit[:12]}) — the test may not capture the bug, "
+                "or it is already fixed", run_id=ran.run_id, data=data.model_copy(update={"outcome": "passed"}),
             )
             result.recorded = True
-            status = state.workflow(case_id).status()
+            status = (await state.status(case_id))
             result.stopped = status.stopped
             result.next_step = (
                 f"Stopped: the test passes on {ref} — it may not capture the bug, or the bug is already fixed there. "
@@ -143,28 +143,29 @@ def register(mcp: MCPServer, state: AppState) -> None:
             return result
         state.store.add_evidence(
             case_id, Step.main_check.value, True,
-            f"{test['test_name']} fails on {ref} ({record.commit[:12]}) too: {info.exception_type or 'failure'}"[:500],
+            f"{test.test_name} fails on {ref} ({record.commit[:12]}) too: {info.exception_type or 'failure'}"[:500],
             run_id=ran.run_id,
-            data={**data, "outcome": outcome.outcome, "message": info.message, "exception_type": info.exception_type,
-                  "category": info.category, "torch_file": result.torch_file},
+            data=data.model_copy(update={"outcome": outcome.outcome, "message": info.message,
+                                         "exception_type": info.exception_type, "category": info.category,
+                                         "torch_file": result.torch_file}),
         )
         result.ok = result.recorded = True
-        result.next_step = state.workflow(case_id).status().next_step
+        result.next_step = (await state.status(case_id)).next_step
         return result
 
 
-def _same_failure(info: FailureInfo, test: dict[str, Any]) -> tuple[bool, str]:
+def _same_failure(info: FailureInfo, test: TestEvidence) -> tuple[bool, str]:
     from pt2_bug_basher.execution.pytest_runs import TEST_BUG_EXCEPTIONS, short_type
 
-    here, there = short_type(test.get("exception_type")), short_type(info.exception_type)
+    here, there = short_type(test.exception_type), short_type(info.exception_type)
     if there in TEST_BUG_EXCEPTIONS and there != here:
         return False, f"{info.exception_type}: {info.message[:200]} (a missing name or module on that ref)"
     if here and there == here:
         return True, "same exception type"
-    if test.get("category") and info.category == test.get("category") and test.get("category") != "unknown":
+    if test.category and info.category == test.category and test.category != "unknown":
         return True, "same category"
     return False, (f"{info.exception_type or 'failure'} ({info.category}) there, "
-                   f"{test.get('exception_type') or 'failure'} ({test.get('category')}) on your tree")
+                   f"{test.exception_type or 'failure'} ({test.category}) on your tree")
 
 
 async def _check_torch_source(state: AppState, case: Any, cwd: Path, env_add: dict[str, str], worktree: Path,

@@ -9,12 +9,12 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError
 from pydantic import Field
 
+from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.domain.errors import InvalidInput, NotFound
 from pt2_bug_basher.domain.names import ToolName
+from pt2_bug_basher.mcp_server.tools._base import RUNS_CODE, progress_reporter, tool_errors
 from pt2_bug_basher.reduce.ladder import load_reference
 from pt2_bug_basher.reduce.minify import MinifyResult, check_budget, check_mode, run_minify
-from pt2_bug_basher.case.state import AppState
-from pt2_bug_basher.mcp_server.tools._base import RUNS_CODE, progress_reporter, tool_errors
 
 
 def register(mcp: MCPServer, state: AppState) -> None:
@@ -41,7 +41,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
         (also a resource), the sizes before and after, whether it was confirmed, and next_step."""
         check_mode(mode, after)
         budget = check_budget(budget_s)
-        flow = state.gate(ToolName.minify, case_id)
+        flow = await state.gate(ToolName.minify, case_id)
         case = flow.case
         ref = load_reference(state.store, case)
         path = state.confine(case, script, "script") if script else ref.script

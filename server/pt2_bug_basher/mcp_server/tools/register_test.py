@@ -10,11 +10,12 @@ from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from pydantic import BaseModel, Field
 
-from pt2_bug_basher.domain.errors import InvalidInput
-from pt2_bug_basher.domain.names import Step, ToolName
-from pt2_bug_basher.execution.runs import MAX_TIMEOUT_S, check_timeout
 from pt2_bug_basher.case.state import AppState
+from pt2_bug_basher.domain.errors import InvalidInput
+from pt2_bug_basher.domain.evidence import ReproduceEvidence, TestEvidence
+from pt2_bug_basher.domain.names import Step, ToolName
 from pt2_bug_basher.execution.pytest_runs import FailureInfo
+from pt2_bug_basher.execution.runs import MAX_TIMEOUT_S, check_timeout
 from pt2_bug_basher.mcp_server.tools._base import RUNS_CODE, progress_reporter, tool_errors
 
 
@@ -55,15 +56,15 @@ def register(mcp: MCPServer, state: AppState) -> None:
         failing for another reason (import error, typo) is not registered."""
         from pt2_bug_basher.execution import pytest_runs as testing
 
-        flow = state.gate(ToolName.register_test, case_id)
+        flow = await state.gate(ToolName.register_test, case_id)
         case = flow.case
         repo = Path(case.repo).resolve()
         path = state.confine(case, test_file, "test_file")
         if not path.is_relative_to(repo):
             raise InvalidInput(f"test_file {test_file!r} resolves to {path}, outside the case's repository {repo}.")
         repro_record = flow.latest_ok(Step.reproduce)
-        repro = repro_record.data if repro_record is not None else {}
-        category = repro.get("category")
+        repro = repro_record.payload(ReproduceEvidence) if repro_record is not None else None
+        category = repro.category if repro else None
         check = testing.check_test_file(repo, path, test_name)
         if check.problems:
             message = f"register_test refused {check.test_file}: " + "; ".join(check.problems) + "."
@@ -96,8 +97,8 @@ def register(mcp: MCPServer, state: AppState) -> None:
         result = RegisterTestResult(
             ok=False, case_id=case_id, test_file=check.test_file, test_name=check.qualified, outcome="not_run",
             comparison="", warnings=warnings, run_id=ran.run_id, next_step="",
-            reproduction=(f"{repro.get('exception_type') or 'no exception'} ({category}): "
-                          f"{(repro.get('message') or '')[:200]}") if repro else None,
+            reproduction=(f"{repro.exception_type or 'no exception'} ({category}): "
+                          f"{(repro.message or '')[:200]}") if repro else None,
         )
         retry = (f'Fix the test, then: register_test(case_id="{case_id}", test_file="{check.test_file}", '
                  f'test_name="{check.qualified}")')
@@ -137,7 +138,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
         if repro:
             comparison = testing.compare_with_reproduction(info, classification, repro, check.test_file)
         else:
-            comparison = testing.compare_with_reproduction(info, classification, {}, check.test_file)
+            comparison = testing.compare_with_reproduction(info, classification, None, check.test_file)
             if comparison.matches:
                 comparison.reason = "the reproduction step was waived, so the failure is not compared: " + comparison.reason
         result.comparison = comparison.reason
@@ -149,10 +150,10 @@ def register(mcp: MCPServer, state: AppState) -> None:
             case_id, Step.test.value, True,
             f"{check.qualified} in {check.test_file} fails: {info.exception_type or 'failure'} ({info.category})"[:500],
             tree_hash=tree_hash, run_id=ran.run_id,
-            data={"test_file": check.test_file, "test_name": check.qualified, "class_name": check.class_name,
-                  "method": check.method, "node_id": outcome.node_id, "keyword": keyword,
-                  "message": info.message, "category": info.category, "signature": info.signature,
-                  "exception_type": info.exception_type, "frame": info.frame, "comparison": comparison.reason},
+            data=TestEvidence(test_file=check.test_file, test_name=check.qualified, class_name=check.class_name,
+                              method=check.method, node_id=outcome.node_id, keyword=keyword,
+                              message=info.message, category=info.category, signature=info.signature,
+                              exception_type=info.exception_type, frame=info.frame, comparison=comparison.reason),
         )
         result.recorded = True
         result.next_step = (f'Confirm it fails on main too, in a worktree: make_worktree(case_id="{case_id}", '
@@ -172,8 +173,8 @@ def _refused(state: AppState, flow: Any, result: RegisterTestResult, check: Any,
         state.store.add_evidence(
             result.case_id, Step.test.value, False,
             f"{check.qualified}: {result.outcome} — {result.comparison}"[:500], tree_hash=tree_hash,
-            run_id=ran.run_id, data={"test_file": check.test_file, "test_name": check.qualified,
-                                     "outcome": result.outcome},
+            run_id=ran.run_id, data=TestEvidence(test_file=check.test_file, test_name=check.qualified,
+                                                 outcome=result.outcome),
         )
     return result
 

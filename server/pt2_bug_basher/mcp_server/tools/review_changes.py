@@ -9,9 +9,10 @@ import anyio
 from mcp.server import MCPServer
 from pydantic import BaseModel, Field
 
-from pt2_bug_basher.domain.names import Step, ToolName
 from pt2_bug_basher.analysis.review import FileStat, Finding
 from pt2_bug_basher.case.state import AppState
+from pt2_bug_basher.domain.evidence import FileStatRecord, FindingRecord, MainCheckEvidence, ReviewEvidence
+from pt2_bug_basher.domain.names import Step, ToolName
 from pt2_bug_basher.mcp_server.tools._base import RECORDS, tool_errors
 
 MAX_DIFF_CHARS = 12000
@@ -50,17 +51,17 @@ def register(mcp: MCPServer, state: AppState) -> None:
         from pt2_bug_basher.analysis import review
         from pt2_bug_basher.execution.pytest_runs import registered_test
 
-        flow = state.gate(ToolName.review_changes, case_id)
+        flow = await state.gate(ToolName.review_changes, case_id)
         case = flow.case
         test = registered_test(flow)
         main_check = flow.latest(Step.main_check)
-        main_ref = review.main_ref_for(main_check.data if main_check else None)
+        main_ref = review.main_ref_for(main_check.payload(MainCheckEvidence) if main_check else None)
         repo = Path(case.repo).resolve()
 
         def work():
             tree = flow.tree_hash
             diff = review.diff_against(repo, main_ref)
-            found = review.findings(diff, repo, test.get("test_file"), test.get("method"))
+            found = review.findings(diff, repo, test.test_file, test.method)
             return tree, diff, found
 
         tree, diff, found = await anyio.to_thread.run_sync(work)
@@ -72,8 +73,10 @@ def register(mcp: MCPServer, state: AppState) -> None:
                    + f", {len(found) - len(blocking)} warnings")
         state.store.add_evidence(
             case_id, Step.review.value, ok, summary[:500], tree_hash=tree,
-            data={"base": diff.base_commit, "main_ref": main_ref, "files": [s.model_dump() for s in stats],
-                  "lines_changed": diff.lines_changed, "findings": [f.model_dump() for f in found]},
+            data=ReviewEvidence(base=diff.base_commit, main_ref=main_ref,
+                                files=[FileStatRecord(**s.model_dump()) for s in stats],
+                                lines_changed=diff.lines_changed,
+                                findings=[FindingRecord(**f.model_dump()) for f in found]),
         )
         try:
             from pt2_bug_basher.content import prompt_file

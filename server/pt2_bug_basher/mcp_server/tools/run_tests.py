@@ -11,12 +11,19 @@ from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from pydantic import BaseModel, Field
 
-from pt2_bug_basher.domain.errors import GateClosed, InvalidInput
-from pt2_bug_basher.domain.names import Step, ToolName
-from pt2_bug_basher.execution.runs import MAX_TIMEOUT_S, check_timeout
 from pt2_bug_basher.case.paths import confine
 from pt2_bug_basher.case.state import AppState
+from pt2_bug_basher.domain.errors import GateClosed, InvalidInput
+from pt2_bug_basher.domain.evidence import (
+    MainCheckEvidence,
+    ReproduceEvidence,
+    TestEvidence,
+    TestOutcomeRecord,
+    VerifyEvidence,
+)
+from pt2_bug_basher.domain.names import Step, ToolName
 from pt2_bug_basher.execution.pytest_runs import FailureInfo, NearbyTest
+from pt2_bug_basher.execution.runs import MAX_TIMEOUT_S, check_timeout
 from pt2_bug_basher.mcp_server.tools._base import RUNS_CODE, progress_reporter, tool_errors
 
 MAX_TESTS = 200
@@ -80,7 +87,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
         from pt2_bug_basher.execution import pytest_runs as testing
         from pt2_bug_basher.execution import worktrees
 
-        flow = state.gate(ToolName.run_tests, case_id)
+        flow = await state.gate(ToolName.run_tests, case_id)
         case = flow.case
         registered = testing.registered_test(flow)
         stopped = flow.stopped()
@@ -96,7 +103,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
             notes.extend(wt_notes)
         elif where == "repo":
             root, env_add = repo, {}
-            cwd, repo_notes = testing.repo_cwd(case, repo, registered["test_file"])
+            cwd, repo_notes = testing.repo_cwd(case, repo, registered.test_file)
             notes.extend(repo_notes)
         else:
             raise InvalidInput(f"where must be 'repo' or 'worktree', not {where!r}.")
@@ -109,7 +116,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
 
         nearby, keywords = await anyio.to_thread.run_sync(_nearby, state, flow, repo, registered, notes)
         groups: list[tuple[list[str], str | None]] = []
-        node_selectors = [] if registered.get("keyword") else [registered["node_id"]]
+        node_selectors = [] if registered.keyword else [registered.node_id]
         node_selectors += [s for s in explicit if "::" in s or not keyword]
         if run_nearby:
             node_selectors += [n.node_id for n in nearby[:RUN_NEARBY_LIMIT]]
@@ -117,10 +124,10 @@ def register(mcp: MCPServer, state: AppState) -> None:
         if node_selectors:
             groups.append((node_selectors, None))
         if keyword:
-            files = [s for s in explicit if "::" not in s] or [registered["test_file"]]
+            files = [s for s in explicit if "::" not in s] or [registered.test_file]
             groups.append((list(dict.fromkeys(files)), keyword))
-        if registered.get("keyword"):
-            groups.append(([registered["test_file"]], registered["keyword"]))
+        if registered.keyword:
+            groups.append(([registered.test_file], registered.keyword))
 
         python_workers = 0
         if await testing.has_xdist(state.store, case.python):
@@ -178,30 +185,30 @@ def _tree_hash(repo: str) -> str:
     return tree_hash(Path(repo))
 
 
-def _nearby(state: AppState, flow: Any, repo: Path, registered: dict[str, Any],
+def _nearby(state: AppState, flow: Any, repo: Path, registered: TestEvidence,
             notes: list[str]) -> tuple[list[NearbyTest], list[str]]:
     from pt2_bug_basher.analysis import review
-    from pt2_bug_basher.execution import pytest_runs as testing
     from pt2_bug_basher.domain.errors import BugBasherError
+    from pt2_bug_basher.execution import pytest_runs as testing
 
     keywords: list[str] = []
     main_check = flow.latest(Step.main_check)
     try:
-        diff = review.diff_against(repo, review.main_ref_for(main_check.data if main_check else None))
+        diff = review.diff_against(repo, review.main_ref_for(main_check.payload(MainCheckEvidence) if main_check else None))
         functions = testing.changed_functions(repo, review.changed_source_lines(diff))
         keywords = testing.keywords_for([f.name for f in functions])
     except BugBasherError as exc:
         notes.append(f"no diff against main for nearby tests: {exc}")
     repro = flow.latest_ok(Step.reproduce)
-    category = (repro.data.get("category") if repro else None) or registered.get("category")
+    category = (repro.payload(ReproduceEvidence).category if repro else None) or registered.category
     extra = [f for f in testing.suggest_test_files(repo, category) if (repo / f).is_file()][:3]
-    nearby = testing.nearby_tests(repo, registered["test_file"], registered.get("class_name"),
-                                  registered.get("method") or registered["test_name"].split(".")[-1],
+    nearby = testing.nearby_tests(repo, registered.test_file, registered.class_name,
+                                  registered.method or registered.test_name.split(".")[-1],
                                   keywords, extra)
     return nearby, keywords[:8]
 
 
-def _summarise(case_id: str, where: str, report: Any, registered: dict[str, Any], nearby: list[NearbyTest],
+def _summarise(case_id: str, where: str, report: Any, registered: TestEvidence, nearby: list[NearbyTest],
                keywords: list[str], run_ids: list[str], workers: int, notes: list[str]) -> RunTestsResult:
     from pt2_bug_basher.execution import pytest_runs as testing
 
@@ -212,7 +219,7 @@ def _summarise(case_id: str, where: str, report: Any, registered: dict[str, Any]
               "errored": len(report.by_outcome("error")), "skipped": len(report.by_outcome("skipped")),
               "collection_errors": len(report.collection_errors)}
     return RunTestsResult(
-        case_id=case_id, where=where, counts=counts, registered=f"{registered['node_id']}: {reg}",
+        case_id=case_id, where=where, counts=counts, registered=f"{registered.node_id}: {reg}",
         passed=[t.node_id for t in report.by_outcome("passed")][:SHOWN_PASSED], failed=infos,
         skipped=[SkippedTest(node_id=t.node_id, reason=t.message[:200]) for t in report.by_outcome("skipped")[:10]],
         collection_errors=[CollectionError(file=c.file, message=c.message[:500]) for c in report.collection_errors],
@@ -221,12 +228,12 @@ def _summarise(case_id: str, where: str, report: Any, registered: dict[str, Any]
     )
 
 
-def _registered_outcome(report: Any, registered: dict[str, Any]) -> str:
-    exact = report.find(registered["node_id"])
+def _registered_outcome(report: Any, registered: TestEvidence) -> str:
+    exact = report.find(registered.node_id)
     if exact is not None:
         return exact.outcome
-    method = registered.get("method") or registered["test_name"].split(".")[-1]
-    variants = [t for t in report.tests if method in t.name and (registered.get("class_name") or "") in t.classname]
+    method = registered.method or registered.test_name.split(".")[-1]
+    variants = [t for t in report.tests if method in t.name and (registered.class_name or "") in t.classname]
     if not variants:
         return "not run"
     outcomes = {t.outcome for t in variants}
@@ -234,13 +241,13 @@ def _registered_outcome(report: Any, registered: dict[str, Any]) -> str:
 
 
 def _record_verification(state: AppState, case_id: str, result: RunTestsResult, report: Any,
-                         registered: dict[str, Any], nearby: list[NearbyTest], before: str | None,
+                         registered: TestEvidence, nearby: list[NearbyTest], before: str | None,
                          after: str) -> None:
     reg = result.registered.rsplit(": ", 1)[-1]
-    others = [t for t in report.tests if t.node_id != registered["node_id"]]
+    others = [t for t in report.tests if t.node_id != registered.node_id]
     problems = []
     if reg != "passed":
-        problems.append(f"the registered test {registered['node_id']} {reg}")
+        problems.append(f"the registered test {registered.node_id} {reg}")
     if result.counts["failed"] or result.counts["errored"]:
         problems.append(f"{result.counts['failed']} failed and {result.counts['errored']} errored")
     if result.collection_errors:
@@ -252,18 +259,18 @@ def _record_verification(state: AppState, case_id: str, result: RunTestsResult, 
                                "the code; run again")
         return
     ok = not problems
-    outcomes = [{"node_id": t.node_id, "outcome": t.outcome} for t in report.tests[:200]]
+    outcomes = [TestOutcomeRecord(node_id=t.node_id, outcome=t.outcome) for t in report.tests[:200]]
     summary = (f"{result.counts['passed']} passed, {result.counts['failed']} failed, {result.counts['errored']} "
                f"errored, {result.counts['skipped']} skipped; registered test {reg}")
     state.store.add_evidence(case_id, Step.verify.value, ok, summary, tree_hash=after, run_id=result.run_ids[0],
-                             data={"registered": registered["node_id"], "registered_outcome": reg,
-                                   "counts": result.counts, "tests": outcomes, "run_ids": result.run_ids,
-                                   "problems": problems})
+                             data=VerifyEvidence(registered=registered.node_id, registered_outcome=reg,
+                                                 counts=result.counts, tests=outcomes, run_ids=result.run_ids,
+                                                 problems=problems))
     result.verified = ok
     result.verification = ("verified on the current state of the code: " + summary) if ok else "; ".join(problems)
 
 
-def _next(state: AppState, case_id: str, result: RunTestsResult, registered: dict[str, Any], where: str) -> str:
+def _next(state: AppState, case_id: str, result: RunTestsResult, registered: TestEvidence, where: str) -> str:
     call = f'run_tests(case_id="{case_id}"'
     if where == "worktree":
         return ("Ran in the worktree of main (this never completes verification). Verify your fix on your tree: "
@@ -274,7 +281,7 @@ def _next(state: AppState, case_id: str, result: RunTestsResult, registered: dic
         return f"Fix the collection errors ({result.collection_errors[0].file}: {result.collection_errors[0].message[:150]}), then {call}, run_nearby=true)"
     reg = result.registered.rsplit(": ", 1)[-1]
     if reg != "passed":
-        return (f"The registered test {registered['node_id']} {reg}: the fix is not complete. Keep working on the "
+        return (f"The registered test {registered.node_id} {reg}: the fix is not complete. Keep working on the "
                 f"root cause, then {call})")
     if result.counts["failed"] or result.counts["errored"]:
         first = result.failed[0] if result.failed else None

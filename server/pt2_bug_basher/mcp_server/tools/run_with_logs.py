@@ -8,11 +8,11 @@ from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from pydantic import Field
 
+from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.domain.errors import InvalidInput
 from pt2_bug_basher.domain.names import Step, ToolName
 from pt2_bug_basher.execution.repro import MAX_REPEAT, RunWithLogsResult, check_args, check_repeat, run_repro
 from pt2_bug_basher.execution.runs import MAX_TIMEOUT_S, check_env_additions, check_timeout
-from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.mcp_server.tools._base import RUNS_CODE, progress_reporter, tool_errors
 
 
@@ -44,7 +44,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
         logs, and the stderr lines that matter. Full logs are resources. With repeat ≥ 2 and the
         same signature every time, the reproduction step completes; with `logs` after the main
         check, the logs step completes."""
-        flow = state.gate(ToolName.run_with_logs, case_id)
+        flow = await state.gate(ToolName.run_with_logs, case_id)
         case = flow.case
         script_path = state.confine(case, script, "script")
         if not script_path.is_file():
@@ -69,11 +69,11 @@ def register(mcp: MCPServer, state: AppState) -> None:
             progress=progress_reporter(ctx), main_check_done=flow.is_complete(Step.main_check),
             inductor_config=inductor_config,
         )
-        result.next_step = next_step(state, result, repeat, spec)
+        result.next_step = await next_step(state, result, repeat, spec)
         return result
 
 
-def next_step(state: AppState, result: RunWithLogsResult, repeat: int, spec: str | None) -> str:
+async def next_step(state: AppState, result: RunWithLogsResult, repeat: int, spec: str | None) -> str:
     case_id = result.case_id
     failed = sum(r.failed for r in result.runs)
     call = f'run_with_logs(case_id="{case_id}", script="{result.script}"'
@@ -93,7 +93,7 @@ def next_step(state: AppState, result: RunWithLogsResult, repeat: int, spec: str
         return ("The failure is not stable: it failed {}/{} times{}. Look for nondeterminism (random inputs without "
                 "a seed, threads, TORCHINDUCTOR_COMPILE_THREADS=1 to serialise compilation), then {}, repeat=3)."
                 ).format(failed, len(result.runs), "" if result.same_signature else " with different signatures", call)
-    status = state.workflow(case_id).status()
+    status = (await state.status(case_id))
     category = result.failure.category if result.failure else "unknown"
     if "logs" in result.recorded or not status.next_step.startswith("Step 6"):
         return status.next_step

@@ -7,10 +7,10 @@ from typing import Annotated
 from mcp.server import MCPServer
 from pydantic import BaseModel, Field
 
-from pt2_bug_basher.domain.names import Step, ToolName
 from pt2_bug_basher.case.state import AppState
-from pt2_bug_basher.mcp_server.tools._base import RECORDS, tool_errors
 from pt2_bug_basher.case.workflow import Waiver, waive
+from pt2_bug_basher.domain.names import Step, ToolName
+from pt2_bug_basher.mcp_server.tools._base import RECORDS, tool_errors
 
 
 class WaiveResult(BaseModel):
@@ -31,7 +31,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
         status is shown and in the final summary. The environment and celebrate steps cannot be
         waived; root_cause and fix have no gate."""
         record = waive(state.store, case_id, step.value if isinstance(step, Step) else str(step), reason)
-        status = state.workflow(case_id).status()
+        status = (await state.status(case_id))
         return WaiveResult(
             waived=Waiver(step=Step(record.step), reason=record.reason),
             waivers=status.waivers,

@@ -1,0 +1,213 @@
+"""One pydantic model per workflow step's evidence payload.
+
+The store keeps each payload as JSON (as it always has) and reads it back as the step's model.
+Rows written by older versions, or damaged ones, still load: a field whose stored value does not
+validate falls back to its default, and keys a model does not know are kept as extras.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from pt2_bug_basher.domain.names import Step
+
+
+class EvidencePayload(BaseModel):
+    """Base of every step's payload; unknown keys from older rows are kept, not lost."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class EnvironmentEvidence(EvidencePayload):
+    python: str | None = None
+
+
+class ReproduceEvidence(EvidencePayload):
+    script: str = ""
+    args: list[str] = Field(default_factory=list)
+    signature: str | None = None
+    category: str | None = None
+    exception_type: str | None = None
+    message: str | None = None
+    run_ids: list[str] = Field(default_factory=list)
+    repeat: int | None = None
+    signatures: list[str] = Field(default_factory=list, description="a failed attempt: each run's signature")
+
+
+class ReduceEvidence(EvidencePayload):
+    minimized_path: str | None = None
+    before: dict[str, int] = Field(default_factory=dict)
+    after: dict[str, int] = Field(default_factory=dict)
+    mode: str | None = None
+    comparison: str | None = None
+    budget_exhausted: bool = False
+
+
+class TestEvidence(EvidencePayload):
+    __test__ = False  # not a pytest test class
+
+    test_file: str = ""
+    test_name: str = ""
+    class_name: str | None = None
+    method: str | None = None
+    node_id: str = ""
+    keyword: str | None = None
+    message: str | None = None
+    category: str | None = None
+    signature: str | None = None
+    exception_type: str | None = None
+    frame: str | None = None
+    comparison: str | None = None
+    outcome: str | None = Field(None, description="a refused attempt: what pytest reported")
+
+
+class MainCheckEvidence(EvidencePayload):
+    ref: str = "main"
+    commit: str | None = None
+    worktree: str | None = None
+    node_id: str | None = None
+    outcome: str | None = None
+    message: str | None = None
+    exception_type: str | None = None
+    category: str | None = None
+    torch_file: str | None = None
+
+
+class LogsEvidence(EvidencePayload):
+    logs: str | None = None
+    run_ids: list[str] = Field(default_factory=list)
+
+
+class EvidenceLineRecord(BaseModel):
+    line_no: int | None = None
+    text: str = ""
+    rule: str = ""
+
+
+class ClassifyEvidence(EvidencePayload):
+    category: str | None = None
+    secondary: list[str] = Field(default_factory=list)
+    evidence: list[EvidenceLineRecord] = Field(default_factory=list)
+    compile_mode: str | None = None
+    phase: str | None = None
+
+
+class ArtifactsEvidence(EvidencePayload):
+    debug_dir: str | None = None
+    index: str | None = None
+    run_id: str | None = None
+    script: str | None = None
+    graphs: int = 0
+    kernels: int = 0
+    files: int = 0
+    failed: bool | None = None
+    failure_graph: str | None = None
+    failure_kernel: str | None = None
+
+
+class TestOutcomeRecord(BaseModel):
+    __test__ = False
+
+    node_id: str
+    outcome: str
+
+
+class VerifyEvidence(EvidencePayload):
+    registered: str | None = None
+    registered_outcome: str | None = None
+    counts: dict[str, int] = Field(default_factory=dict)
+    tests: list[TestOutcomeRecord] = Field(default_factory=list)
+    run_ids: list[str] = Field(default_factory=list)
+    problems: list[str] = Field(default_factory=list)
+
+
+class FileStatRecord(BaseModel):
+    path: str = ""
+    status: str | None = None
+    added: int | None = None
+    removed: int | None = None
+
+
+class FindingRecord(BaseModel):
+    severity: str = ""
+    kind: str | None = None
+    file: str | None = None
+    line: int | None = None
+    text: str = ""
+
+
+class ReviewEvidence(EvidencePayload):
+    base: str | None = None
+    main_ref: str | None = None
+    files: list[FileStatRecord] = Field(default_factory=list)
+    lines_changed: int = 0
+    findings: list[FindingRecord] = Field(default_factory=list)
+
+
+class CelebrateEvidence(EvidencePayload):
+    root_cause: str = ""
+    fix_summary: str = ""
+    celebration: str = ""
+
+
+class LadderRowRecord(BaseModel):
+    backend: str = "?"
+    dynamic: str = "script"
+    outcome: str = ""
+    match: str | None = None
+    failure: str | None = None
+    run_id: str = ""
+    seconds: float | None = None
+
+
+class LocalizeRecord(EvidencePayload):
+    """What localize found; kept beside the step evidence (localize completes no step of its own)."""
+
+    first_failing: str | None = None
+    layer: str | None = None
+    signature: str | None = None
+    table: list[LadderRowRecord] = Field(default_factory=list)
+
+
+EVIDENCE_MODELS: dict[Step, type[EvidencePayload]] = {
+    Step.environment: EnvironmentEvidence,
+    Step.reproduce: ReproduceEvidence,
+    Step.reduce: ReduceEvidence,
+    Step.test: TestEvidence,
+    Step.main_check: MainCheckEvidence,
+    Step.logs: LogsEvidence,
+    Step.classify: ClassifyEvidence,
+    Step.artifacts: ArtifactsEvidence,
+    Step.verify: VerifyEvidence,
+    Step.review: ReviewEvidence,
+    Step.celebrate: CelebrateEvidence,
+}
+
+P = TypeVar("P", bound=EvidencePayload)
+
+
+def model_for(step: str) -> type[EvidencePayload]:
+    try:
+        return EVIDENCE_MODELS[Step(step)]
+    except (ValueError, KeyError):
+        return EvidencePayload
+
+
+def lenient(model: type[P], raw: Any) -> P:
+    """`raw` as `model`; fields whose stored value does not validate fall back to their defaults."""
+    data = dict(raw) if isinstance(raw, dict) else {}
+    for _ in range(len(data) + 1):
+        try:
+            return model.model_validate(data)
+        except ValidationError as exc:
+            bad = {err["loc"][0] for err in exc.errors() if err["loc"]}
+            if not bad & data.keys():
+                break
+            data = {k: v for k, v in data.items() if k not in bad}
+    return model()
+
+
+def load_payload(step: str, raw: Any) -> EvidencePayload:
+    return lenient(model_for(step), raw)
