@@ -1,8 +1,10 @@
 # Source: https://github.com/pytorch/pytorch/issues/163329
 # Label: recompile
-# Failure: regional compilation of repeated blocks with fullgraph=True, where each block carries its own
-#   per-layer value that forward guards on; the ninth block exceeds the recompile limit and, because the
-#   region is fullgraph, Dynamo raises FailOnRecompileLimitHit instead of falling back.
+# Failure: regional compilation of repeated blocks with fullgraph=True, where forward guards on something
+#   that differs per block; the ninth block exceeds the recompile limit and, because the region is
+#   fullgraph, Dynamo raises FailOnRecompileLimitHit instead of falling back to eager.
+#   (In the issue the per-block guard was the identity of each block's attention processor object; that no
+#   longer recompiles on 2.13, so here the per-block value is the layer name used as a registry key.)
 # Why this label: the error is the recompile limit (FailOnRecompileLimitHit).
 import torch
 
