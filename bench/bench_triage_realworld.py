@@ -9,6 +9,7 @@ labels. Prints a table, top-1 accuracy overall and per label, precision/recall p
 every miss with the evidence lines the tool gave.
 
     python bench/bench_triage_realworld.py [--jobs N] [--timeout S] [--only ID ...] [--json OUT]
+    python bench/bench_triage_realworld.py --rescore OUT   # the tables again, from saved results
 """
 
 from __future__ import annotations
@@ -106,7 +107,9 @@ def summarize(results: list[dict]) -> dict:
         mark = "" if is_right(r) else "  MISS"
         print(f"{r['id']:<40} {r['label']:<24} {r['predicted']:<24} {r['seconds']:>6.1f}{mark}")
     overall = len(right) / len(results)
-    print(f"\ntop-1: {len(right)}/{len(results)} = {overall:.2f}")
+    exact = sum(r["predicted"] == r["label"] for r in results)
+    print(f"\ntop-1: {len(right)}/{len(results)} = {overall:.2f} (label or an `also` label); "
+          f"label only: {exact}/{len(results)} = {exact / len(results):.2f}")
 
     labels = sorted({r["label"] for r in results})
     per_label = {}
@@ -136,7 +139,7 @@ def summarize(results: list[dict]) -> dict:
         print(f"\n- {r['id']}: label {r['label']}, predicted {r['predicted']}  ({r['source']})")
         for line in r["evidence"]:
             print(f"    {line[:240]}")
-    return {"top1": overall, "right": len(right), "cases": len(results), "per_label": per_label,
+    return {"top1": overall, "right": len(right), "label_only": exact, "cases": len(results), "per_label": per_label,
             "per_category": per_category}
 
 
@@ -147,7 +150,11 @@ def main() -> int:
     ap.add_argument("--case-timeout", type=float, default=1200.0, help="seconds for one whole triage")
     ap.add_argument("--only", nargs="*", help="case ids to run")
     ap.add_argument("--json", metavar="OUT", help="write the per-case results and the summary to OUT")
+    ap.add_argument("--rescore", metavar="IN", help="print the tables for results saved by --json, run nothing")
     args = ap.parse_args()
+    if args.rescore:
+        summarize(json.loads(Path(args.rescore).read_text())["results"])
+        return 0
 
     cases = json.loads(CASES.read_text())
     if args.only:
