@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, Field
 
 from pt2_bug_basher.artifacts.index import TLPARSE_DIR_NAME, TRACE_DIR_NAME, artifact_uri, classify_file
 from pt2_bug_basher.case.store import CaseRecord, Store
 from pt2_bug_basher.execution.runs import ProgressFn
-from pt2_bug_basher.execution.tlparse import COMPILE_DIRECTORY, run_tlparse
+from pt2_bug_basher.execution.tlparse import COMPILE_DIRECTORY, CompileDirectory, run_tlparse
 
 MAX_COMPILES_SHOWN = 8
 
@@ -29,9 +28,6 @@ class TraceInfo(BaseModel):
     compile_count: int = 0
     tlparse_run_id: str | None = None
     error: str | None = None
-
-
-CompileDirectory = dict[str, list[dict[str, Any]]]
 
 
 async def collect_trace(store: Store, case: CaseRecord, debug_dir: Path, stamp: str, *, tool: str,

@@ -17,6 +17,8 @@ from pt2_bug_basher.execution.runs import ProgressFn, execute
 
 TLPARSE_TIMEOUT_S = 300.0
 COMPILE_DIRECTORY = "compile_directory.json"
+# compile id ("[0/0]") -> its artifacts as tlparse lists them ({"name", "url", ...})
+CompileDirectory = dict[str, list[dict[str, Any]]]
 
 
 class CompileEntry(BaseModel):
@@ -63,7 +65,7 @@ class TlparseRun:
         index = self.out_dir / "index.html"
         return index if self.error is None and index.is_file() else None
 
-    def compile_directory(self) -> dict[str, list[dict[str, Any]]]:
+    def compile_directory(self) -> CompileDirectory:
         return read_compile_directory(self.out_dir / COMPILE_DIRECTORY) if self.error is None else {}
 
 
@@ -89,7 +91,7 @@ async def run_tlparse(
     return run
 
 
-def read_compile_directory(path: Path) -> dict[str, list[dict[str, Any]]]:
+def read_compile_directory(path: Path) -> CompileDirectory:
     """tlparse's compile_directory.json: each compile id ("[0/0]") with its artifacts ({"name", "url", ...}).
 
     The "[-/-]" entry (artifacts of no compile) and malformed entries are left out."""
@@ -99,7 +101,7 @@ def read_compile_directory(path: Path) -> dict[str, list[dict[str, Any]]]:
         return {}
     if not isinstance(data, dict):
         return {}
-    compiles: dict[str, list[dict[str, Any]]] = {}
+    compiles: CompileDirectory = {}
     for compile_id, info in data.items():
         if compile_id == "[-/-]" or not isinstance(info, dict):
             continue
@@ -108,7 +110,7 @@ def read_compile_directory(path: Path) -> dict[str, list[dict[str, Any]]]:
     return compiles
 
 
-def compile_entries(compiles: dict[str, list[dict[str, Any]]]) -> list[CompileEntry]:
+def compile_entries(compiles: CompileDirectory) -> list[CompileEntry]:
     """Each compile's outcome, told by the names of its artifacts."""
     entries = []
     for compile_id, artifacts in compiles.items():
