@@ -21,7 +21,7 @@ import anyio
 import pytest
 from mcp import Client
 
-from pt2_bug_basher.artifacts.collect import parse_annotation, parse_fx_graph
+from pt2_bug_basher.artifacts.fx_graph import parse_annotation, parse_fx_graph
 from pt2_bug_basher.case.config import ServerConfig
 from pt2_bug_basher.mcp_server.server import create_server
 
@@ -419,7 +419,10 @@ TRITON_FX = '''class <lambda>(torch.nn.Module):
 
 
 def test_triton_output_code_and_a_frame_in_a_kernel_module(tmp_path):
-    from pt2_bug_basher.artifacts.collect import load_graph, locate_failure, parse_output_code, walk
+    from pt2_bug_basher.artifacts.graphs import load_graph
+    from pt2_bug_basher.artifacts.index import walk
+    from pt2_bug_basher.artifacts.locate import locate_failure
+    from pt2_bug_basher.artifacts.output_code import parse_output_code
 
     stamp = tmp_path / "20260101-000000-abcdef"
     graph_dir = stamp / "torch_compile_debug" / "run_1-pid_1" / "torchinductor" / "model__3_inference_5.0"
@@ -466,7 +469,9 @@ RuntimeError: CUDA error: an illegal memory access was encountered
 
 
 def test_a_lowering_failure_points_at_the_graph_left_without_output_code(tmp_path):
-    from pt2_bug_basher.artifacts.collect import load_graph, locate_failure, walk
+    from pt2_bug_basher.artifacts.graphs import load_graph
+    from pt2_bug_basher.artifacts.index import walk
+    from pt2_bug_basher.artifacts.locate import locate_failure
 
     stamp = tmp_path / "20260101-000000-fedcba"
     inductor = stamp / "torch_compile_debug" / "run_1-pid_1" / "torchinductor"

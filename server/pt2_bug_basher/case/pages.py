@@ -1,7 +1,8 @@
-"""Reading large files in pages, for resources."""
+"""Reading large files in pages (for resources) or by their last bytes (for parsing logs)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from pt2_bug_basher.domain.errors import NotFound
@@ -27,3 +28,16 @@ def read_page(path: Path, page: int, uri: str, page_bytes: int = PAGE_BYTES) -> 
     footer = f"\n[page {page} of {pages}, {size} bytes in all"
     footer += f"; next: {uri}?page={page + 1}]" if page < pages else "; last page]"
     return text + footer
+
+
+def read_tail(path: str | os.PathLike[str] | None, limit: int) -> str | None:
+    """The last `limit` bytes of a file, decoded leniently; None when there is no file to read."""
+    if not path:
+        return None
+    try:
+        with open(path, "rb") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, size - limit))
+            return fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        return None

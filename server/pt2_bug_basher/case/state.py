@@ -11,6 +11,7 @@ from pt2_bug_basher.case.config import ServerConfig
 from pt2_bug_basher.case.paths import confine
 from pt2_bug_basher.case.store import CaseRecord, Store
 from pt2_bug_basher.case.workflow import CaseStatus, Workflow
+from pt2_bug_basher.domain.errors import InvalidInput
 from pt2_bug_basher.domain.names import ToolName
 
 
@@ -65,3 +66,10 @@ class AppState:
 
     def confine(self, case: CaseRecord, path: str, what: str, base: Path | None = None) -> Path:
         return confine(path, self.case_roots(case), what, base=base or Path(case.repo))
+
+    def script_file(self, case: CaseRecord, script: str, what: str = "script") -> Path:
+        """A script a tool will run: confined to the case's roots, and an existing file."""
+        path = self.confine(case, script, what)
+        if not path.is_file():
+            raise InvalidInput(f"{what} {path} does not exist or is not a file.")
+        return path

@@ -113,7 +113,7 @@ def _check_env(args: argparse.Namespace) -> int:
 
     from pt2_bug_basher.case.store import Store
     from pt2_bug_basher.domain.errors import BugBasherError
-    from pt2_bug_basher.execution.environment import start_case
+    from pt2_bug_basher.steps.environment import start_case
 
     config = _config(args)
     try:

@@ -12,10 +12,11 @@ from pydantic import BaseModel
 
 from pt2_bug_basher.case.store import Store
 from pt2_bug_basher.domain.errors import InvalidInput
-from pt2_bug_basher.execution.environment import CheckEnvResult, start_case
-from pt2_bug_basher.execution.repro import RunWithLogsResult, run_repro
+from pt2_bug_basher.execution.repro import RunWithLogsResult
 from pt2_bug_basher.execution.runs import DEFAULT_TIMEOUT_S
 from pt2_bug_basher.playbooks import diagnostic_call, guide
+from pt2_bug_basher.steps.environment import CheckEnvResult, start_case
+from pt2_bug_basher.steps.reproduce import run_and_record
 
 
 class TriageReport(BaseModel):
@@ -42,7 +43,7 @@ async def triage(
         say(message)
 
     say(f"reproducing: running {script.name} twice")
-    report.reproduction = await run_repro(
+    report.reproduction = await run_and_record(
         store, case, script, args=[], logs_spec=None, repeat=2, trace=False, env_add={}, timeout_s=timeout_s,
         cwd=None, progress=progress, main_check_done=False, tool="triage",
     )
@@ -54,7 +55,7 @@ async def triage(
     spec = PRESETS.get(failure.category)
     if spec:
         say(f"rerunning with TORCH_LOGS={spec}")
-        report.with_logs = await run_repro(
+        report.with_logs = await run_and_record(
             store, case, script, args=[], logs_spec=spec, repeat=1, trace=False, env_add={}, timeout_s=timeout_s,
             cwd=None, progress=progress, main_check_done=False, tool="triage",
         )

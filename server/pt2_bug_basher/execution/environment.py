@@ -162,7 +162,9 @@ def _imported_from_checkout(torch_file: Path, repo: Path) -> bool:
     return not {"site-packages", "dist-packages"} & set(resolved.relative_to(root).parts)
 
 
-async def probe(interp: Interpreter, repo: Path, scratch: Path, timeout_s: float = DEFAULT_PROBE_TIMEOUT_S) -> EnvReport:
+async def probe(
+    interp: Interpreter, repo: Path, scratch: Path, timeout_s: float = DEFAULT_PROBE_TIMEOUT_S,
+) -> EnvReport:
     environ = dict(os.environ)
     environ.pop("PYTHONSTARTUP", None)
     captured = await run_captured(
@@ -212,43 +214,3 @@ async def probe(interp: Interpreter, repo: Path, scratch: Path, timeout_s: float
     if data.get("log_registry_error"):
         base.warnings.append(f"TORCH_LOGS names could not be read: {data['log_registry_error']}")
     return base
-
-
-class CheckEnvResult(EnvReport):
-    case_id: str | None = Field(None, description="the new case; every stateful tool takes it")
-    next_step: str
-
-
-async def start_case(
-    store,  # pt2_bug_basher.case.store.Store
-    repo: Path,
-    conda_env: str | None = None,
-    python: str | None = None,
-    environ: dict[str, str] | None = None,
-    timeout_s: float = DEFAULT_PROBE_TIMEOUT_S,
-) -> CheckEnvResult:
-    """Resolve the interpreter, probe it, and open a case when torch imports."""
-    from pt2_bug_basher.domain.evidence import EnvironmentEvidence
-    from pt2_bug_basher.domain.names import Step
-
-    interp = resolve_interpreter(conda_env, python, environ)
-    scratch = store.state_dir / "scratch"
-    scratch.mkdir(parents=True, exist_ok=True)
-    report = await probe(interp, repo, scratch, timeout_s)
-    if not report.ok:
-        return CheckEnvResult(
-            **report.model_dump(),
-            next_step=(
-                "torch cannot be imported in this interpreter. Fix the environment (or ask the user which "
-                "one to use) and call check_env again with conda_env=NAME or python=PATH."
-            ),
-        )
-    case = store.create_case(str(repo), report.python, report.model_dump())
-    summary = f"torch {report.torch.version} imports in {report.python} ({report.rule})"  # type: ignore[union-attr]
-    store.add_evidence(case.case_id, Step.environment.value, True, summary, data=EnvironmentEvidence(python=report.python))
-    next_step = (
-        f'Reproduce the failure twice: run_with_logs(case_id="{case.case_id}", script="<repro.py>", repeat=2)'
-    )
-    if report.ask_user:
-        next_step = f"First ask the user: {report.ask_user} Then: {next_step}"
-    return CheckEnvResult(**report.model_dump(), case_id=case.case_id, next_step=next_step)

@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from pt2_bug_basher.case.pages import read_tail
 from pt2_bug_basher.case.store import CaseRecord, Store, new_id
 from pt2_bug_basher.domain.errors import InvalidInput
 from pt2_bug_basher.execution.runner import (
@@ -35,6 +36,10 @@ _PROTECTED_ENV = {"LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONHOME"}
 ProgressFn = Callable[[str], Awaitable[None]]
 
 
+async def ignore_progress(message: str) -> None:
+    """A progress callback that reports nothing (for callers that want no news)."""
+
+
 @dataclass
 class RunResult:
     run_id: str
@@ -44,20 +49,10 @@ class RunResult:
     stderr_path: Path
 
     def stderr_text(self, limit: int = DEFAULT_LOG_CAP) -> str:
-        return _read_tail(self.stderr_path, limit)
+        return read_tail(self.stderr_path, limit) or ""
 
     def stdout_text(self, limit: int = DEFAULT_LOG_CAP) -> str:
-        return _read_tail(self.stdout_path, limit)
-
-
-def _read_tail(path: Path, limit: int) -> str:
-    try:
-        with open(path, "rb") as fh:
-            size = fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, size - limit))
-            return fh.read().decode("utf-8", errors="replace")
-    except OSError:
-        return ""
+        return read_tail(self.stdout_path, limit) or ""
 
 
 def check_timeout(timeout_s: float | None) -> float:

@@ -10,6 +10,7 @@ child (the server's group and its descendants), and a candidate past its timeout
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -20,9 +21,10 @@ import anyio
 
 from pt2_bug_basher.case.store import CaseRecord, Store
 from pt2_bug_basher.domain.errors import BugBasherError
+from pt2_bug_basher.execution.cpus import usable_cpus
 from pt2_bug_basher.execution.runner import ProcessOutcome, run_process
 from pt2_bug_basher.execution.runs import BASE_ENV, RunResult, execute
-from pt2_bug_basher.reduce.ladder import LAUNCHER, PROBES, Reference, cores, fake_result
+from pt2_bug_basher.reduce.ladder import LAUNCHER, PROBES, Reference, fake_result
 
 FORKSERVER = PROBES / "forkserver.py"
 START_TIMEOUT_S = 120.0
@@ -50,7 +52,7 @@ class FreshEvaluator(Evaluator):
     def __init__(self, case: CaseRecord, env: dict[str, str], parallel: int | None = None) -> None:
         self.case = case
         self.env = {**os.environ, **BASE_ENV, **env}
-        self.parallel = parallel or cores()
+        self.parallel = parallel or usable_cpus()
 
     async def run(self, script, args, *, cwd, out_dir, timeout_s, extra_path=None):
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -80,7 +82,7 @@ class ForkServerEvaluator(Evaluator):
     def __init__(self, store: Store, case: CaseRecord, env: dict[str, str], work_dir: Path,
                  parallel: int | None = None, preload: tuple[str, ...] = ("torch",)) -> None:
         self.store, self.case, self.env, self.work_dir = store, case, env, work_dir
-        self.parallel = parallel or cores()
+        self.parallel = parallel or usable_cpus()
         self.preload = preload
         # AF_UNIX paths are limited to ~100 bytes: keep the socket name short.
         self.socket_path = Path("/tmp") / f"pt2bb-{os.getpid()}-{time.monotonic_ns() % 10**9}.sock"
@@ -155,10 +157,8 @@ class ForkServerEvaluator(Evaluator):
             if self._scope is not None:
                 self._scope.cancel()
         finally:
-            try:
+            with contextlib.suppress(OSError):
                 self.socket_path.unlink()
-            except OSError:
-                pass
 
 
 def _size(path: Path) -> int:

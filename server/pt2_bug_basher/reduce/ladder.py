@@ -2,7 +2,7 @@
 
 The case's failure is what the reproduction step recorded (its signature, category, exception
 type and message). Every run here is judged against it with the same verdict logic as
-run_with_logs (`repro.RunVerdict`), then compared at the strictest level that can hold:
+run_with_logs (`analysis.verdict.RunVerdict`), then compared at the strictest level that can hold:
 
 * ``signature``  — the exact failure signature (exception, message, user and torch frames);
 * ``exception``  — same exception type and the same normalised message, once backend names and
@@ -17,7 +17,6 @@ The comparison used is always reported.
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from pt2_bug_basher.case.store import CaseRecord, Store
 from pt2_bug_basher.domain.errors import InvalidInput
 from pt2_bug_basher.domain.evidence import LadderRowRecord, LocalizeRecord, ReproduceEvidence, lenient
 from pt2_bug_basher.domain.names import Step
+from pt2_bug_basher.execution.cpus import usable_cpus
 from pt2_bug_basher.execution.runner import ProcessOutcome
 from pt2_bug_basher.execution.runs import BASE_ENV, RunResult, execute
 
@@ -139,7 +139,7 @@ class Verdict(BaseModel):
 def verdict_of(result: RunResult) -> Verdict:
     """The failure a run shows, by run_with_logs' own rules."""
     from pt2_bug_basher.analysis.failure import normalise_message
-    from pt2_bug_basher.execution.repro import RunVerdict
+    from pt2_bug_basher.analysis.verdict import RunVerdict
 
     parsed = RunVerdict(result)
     f = parsed.classification.failure
@@ -201,13 +201,6 @@ def run_timeout(ref: Reference, factor: float = 4.0, floor: float = 60.0) -> flo
     return max(floor, factor * ref.duration_s + 20.0)
 
 
-def cores() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
-
-
 # --------------------------------------------------------------------------------------------
 # localize: the backend ablation ladder
 
@@ -263,7 +256,7 @@ async def localize(
     store: Store, case: CaseRecord, ref: Reference, script: Path, *, progress, cwd: Path | None = None,
 ) -> LocalizeResult:
     timeout = run_timeout(ref)
-    limiter = anyio.CapacityLimiter(cores())
+    limiter = anyio.CapacityLimiter(usable_cpus())
 
     async def rung(backend: str, dynamic: str) -> LadderRow:
         argv = [case.python, str(LAUNCHER), "--backend", backend]

@@ -10,11 +10,12 @@ import anyio
 from pydantic import BaseModel, Field
 
 from pt2_bug_basher.case.store import CaseRecord, Store
-from pt2_bug_basher.domain.errors import BugBasherError, InvalidInput
+from pt2_bug_basher.domain.errors import BugBasherError, InvalidInput, NotFound
 from pt2_bug_basher.domain.evidence import ReduceEvidence
 from pt2_bug_basher.domain.names import Step
+from pt2_bug_basher.execution.cpus import usable_cpus
 from pt2_bug_basher.execution.runs import execute
-from pt2_bug_basher.reduce.ladder import Reference, compare, cores, describe, localized, run_timeout, verdict_of
+from pt2_bug_basher.reduce.ladder import Reference, compare, describe, localized, run_timeout, verdict_of
 
 MODES = ("auto", "fx", "source")
 AFTERS = ("aot", "dynamo")
@@ -110,6 +111,17 @@ def resource_uri(case_id: str, path: Path) -> str:
     return f"case://{case_id}/minified/{path.name}"
 
 
+def minified_file(store: Store, case_id: str, name: str) -> Path:
+    """The reduced repro named `name` that minify wrote for the case (the file behind its resource URI)."""
+    store.get_case(case_id)
+    if "/" in name or "\\" in name or name.startswith("."):
+        raise NotFound(f"no minified repro named {name!r}")
+    path = store.case_dir(case_id) / "minified" / name
+    if not path.is_file():
+        raise NotFound(f"no minified repro named {name!r} in case {case_id}")
+    return path
+
+
 async def run_minify(store: Store, case: CaseRecord, ref: Reference, script: Path, *, mode: str, after: str,
                      budget_s: float, progress, cwd: Path | None = None) -> MinifyResult:
     started = time.monotonic()
@@ -182,7 +194,7 @@ async def _source(store, case, ref, script, budget_s, progress, work, result: Mi
             result.notes.append("the repro uses CUDA: candidates run in fresh processes, not forked ones")
             evaluator = FreshEvaluator(case, ref.env)
         else:
-            evaluator = ForkServerEvaluator(store, case, ref.env, work, parallel=cores())
+            evaluator = ForkServerEvaluator(store, case, ref.env, work, parallel=usable_cpus())
             try:
                 await evaluator.start(group)
             except BugBasherError as exc:

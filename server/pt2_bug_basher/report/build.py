@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pt2_bug_basher.case.pages import read_tail
 from pt2_bug_basher.case.store import EvidenceRecord, RunRecord, Store
 from pt2_bug_basher.domain.evidence import (
     ArtifactsEvidence,
@@ -333,18 +334,6 @@ def _run_view(run: RunRecord, t0: float) -> RunView:
     )
 
 
-def _read_tail(path: str | None, limit: int = STDERR_READ) -> str | None:
-    if not path:
-        return None
-    try:
-        with open(path, "rb") as fh:
-            size = fh.seek(0, 2)
-            fh.seek(max(0, size - limit))
-            return fh.read().decode("utf-8", errors="replace")
-    except OSError:
-        return None
-
-
 # --------------------------------------------------------------------------------------------
 # Building the report
 
@@ -447,7 +436,7 @@ def _classification(store: Store, by_step: dict[str, list[EvidenceRecord]], runs
              for item in (classified.evidence if classified else [])[:12]]
     if not lines and run_id:
         run = next((r for r in runs if r.run_id == run_id), None)
-        text = _read_tail(run.stderr_path) if run else None
+        text = read_tail(run.stderr_path, STDERR_READ) if run else None
         if text is not None:
             from pt2_bug_basher.analysis.classify import classify
 

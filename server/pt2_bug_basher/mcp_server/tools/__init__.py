@@ -1,7 +1,7 @@
 """One module per MCP tool: `tools/<tool name>.py` holds the tool's thin MCP layer.
 
-Each module exposes `register(mcp, state)`. The work itself lives in the core modules
-(environment, runner, logs, classify, artifacts, gitstate, testing, reduction, workflow, store).
+Each module exposes `register(mcp, state)`: the tool's arguments, description and annotations, and one
+call into its step function (`pt2_bug_basher.steps`), which the CLI calls too.
 """
 
 from __future__ import annotations

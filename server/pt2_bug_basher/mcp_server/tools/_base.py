@@ -1,16 +1,19 @@
-"""Shared glue for the tool modules: error translation and annotations."""
+"""Shared glue for the tool modules: error translation, annotations, progress and common argument types."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Awaitable, Callable
-from typing import ParamSpec, TypeVar
+from typing import Annotated, ParamSpec, TypeVar
 
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
+from pydantic import Field
 
 from pt2_bug_basher.domain.errors import BugBasherError
+from pt2_bug_basher.execution.runs import ProgressFn
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -33,17 +36,23 @@ READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempot
 RECORDS = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False)
 RUNS_CODE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=True)
 
+# Arguments several tools take, described the same way everywhere.
+CaseId = Annotated[str, Field(max_length=200)]
+ScriptArgs = Annotated[list[str] | None, Field(description="arguments for the script")]
+EnvArg = Annotated[dict[str, str] | None, Field(description="extra environment variables")]
+DefaultRepro = Annotated[str | None, Field(description="the repro (default: the one the reproduction step ran)",
+                                           max_length=4096)]
 
-def progress_reporter(ctx: Context) -> Callable[[str], Awaitable[None]]:
+
+def progress_reporter(ctx: Context) -> ProgressFn:
     """A progress callback for runs: every call sends a notification with a rising counter."""
     count = 0
 
     async def report(message: str) -> None:
         nonlocal count
         count += 1
-        try:
+        # A client that went away must not kill the run's bookkeeping.
+        with contextlib.suppress(Exception):
             await ctx.report_progress(count, None, message)
-        except Exception:  # a client that went away must not kill the run's bookkeeping
-            pass
 
     return report

@@ -2,41 +2,16 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 from mcp.server import MCPServer
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from pt2_bug_basher.case.state import AppState
-from pt2_bug_basher.domain.errors import InvalidInput
-from pt2_bug_basher.domain.evidence import ClassifyEvidence, EvidenceLineRecord, ReproduceEvidence
-from pt2_bug_basher.domain.names import Step, ToolName
+from pt2_bug_basher.domain.names import ToolName
 from pt2_bug_basher.mcp_server.tools._base import RECORDS, tool_errors
-from pt2_bug_basher.playbooks import CategoryGuide, diagnostic_call, guide
-
-MAX_TEXT = 8 * 1024 * 1024
-
-
-class EvidenceLineOut(BaseModel):
-    line_no: int
-    text: str
-    rule: str
-
-
-class ClassifyResult(BaseModel):
-    category: str
-    secondary: list[str]
-    confidence: float
-    evidence: list[EvidenceLineOut] = Field(description="verbatim lines that decided it, with 1-based line numbers")
-    compile_mode: str | None = Field(None, description="torch.compile, strict_export or non_strict_export, if visible")
-    phase: str | None = Field(None, description="trace, backend_compile or runtime, if visible")
-    exception_type: str | None = None
-    signature: str | None = None
-    diagnostic: str = Field(description="the diagnostic to run next, as an exact tool call")
-    guide: CategoryGuide
-    recorded: bool = Field(description="recorded as the case's classification")
-    next_step: str
+from pt2_bug_basher.steps import classify
+from pt2_bug_basher.steps.classify import MAX_TEXT, ClassifyResult
 
 
 def register(mcp: MCPServer, state: AppState) -> None:
@@ -45,7 +20,8 @@ def register(mcp: MCPServer, state: AppState) -> None:
     async def classify_error(
         text: Annotated[str | None, Field(description="any error output: traceback, log, issue paste",
                                           max_length=MAX_TEXT)] = None,
-        run_id: Annotated[str | None, Field(description="classify the stderr of this run instead", max_length=200)] = None,
+        run_id: Annotated[str | None, Field(description="classify the stderr of this run instead",
+                                            max_length=200)] = None,
         case_id: Annotated[str | None, Field(description="record the result as this case's classification",
                                              max_length=200)] = None,
     ) -> ClassifyResult:
@@ -54,50 +30,4 @@ def register(mcp: MCPServer, state: AppState) -> None:
         evidence lines, the compile mode and phase when visible, and from the method: the next
         diagnostic as an exact tool call, the config knobs, the key source files and the test files.
         Pure text analysis: nothing runs. With case_id, completes the classification step."""
-        from pt2_bug_basher.analysis.classify import classify
-
-        if (text is None) == (run_id is None):
-            raise InvalidInput("pass exactly one of text (the error output) or run_id (a run of the case).")
-        exit_code = signal_name = None
-        script = None
-        if run_id is not None:
-            run = state.store.get_run(run_id, case_id)
-            case_id = case_id or run.case_id
-            text = Path(run.stderr_path).read_text(errors="replace") if run.stderr_path else ""
-            exit_code, signal_name = run.exit_code, run.signal
-            script = run.argv[1] if len(run.argv) > 1 else None
-        if case_id is not None:
-            state.store.get_case(case_id)
-        result = classify(text or "", exit_code=exit_code, signal_name=signal_name)
-        recorded = False
-        if case_id is not None:
-            if script is None:
-                repro = state.store.evidence(case_id, Step.reproduce.value)
-                script = next((e.payload(ReproduceEvidence).script for e in reversed(repro) if e.ok), None)
-            state.store.add_evidence(
-                case_id, Step.classify.value, result.category != "unknown",
-                f"{result.category} (confidence {result.confidence:.2f})"
-                + (f", also {', '.join(result.secondary)}" if result.secondary else ""),
-                data=ClassifyEvidence(
-                    category=result.category, secondary=list(result.secondary),
-                    evidence=[EvidenceLineRecord(line_no=e.line_no, text=e.text, rule=e.rule) for e in result.evidence],
-                    compile_mode=result.compile_mode, phase=result.phase),
-                run_id=run_id,
-            )
-            recorded = True
-        failure = result.failure
-        diagnostic = diagnostic_call(result.category, case_id, script)
-        if case_id is not None:
-            nxt = (await state.status(case_id)).next_step
-        else:
-            nxt = f"Run the diagnostic: {diagnostic}" if result.category != "unknown" else (
-                "The text shows no known failure pattern. Pass the full stderr (the last exception and the "
-                "lines before it), or reproduce it with run_with_logs and classify the run_id.")
-        return ClassifyResult(
-            category=result.category, secondary=list(result.secondary), confidence=result.confidence,
-            evidence=[EvidenceLineOut(line_no=e.line_no, text=e.text, rule=e.rule) for e in result.evidence],
-            compile_mode=result.compile_mode, phase=result.phase,
-            exception_type=failure.exception_type if failure else None,
-            signature=failure.signature if failure else None,
-            diagnostic=diagnostic, guide=guide(result.category), recorded=recorded, next_step=nxt,
-        )
+        return await classify.classify_error(state, case_id, text=text, run_id=run_id)

@@ -6,15 +6,13 @@ from typing import Annotated
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
-from mcp.server.mcpserver.exceptions import ResourceNotFoundError
 from pydantic import Field
 
 from pt2_bug_basher.case.state import AppState
-from pt2_bug_basher.domain.errors import InvalidInput, NotFound
 from pt2_bug_basher.domain.names import ToolName
-from pt2_bug_basher.mcp_server.tools._base import RUNS_CODE, progress_reporter, tool_errors
-from pt2_bug_basher.reduce.ladder import load_reference
-from pt2_bug_basher.reduce.minify import MinifyResult, check_budget, check_mode, run_minify
+from pt2_bug_basher.mcp_server.tools._base import RUNS_CODE, CaseId, DefaultRepro, progress_reporter, tool_errors
+from pt2_bug_basher.reduce.minify import MinifyResult
+from pt2_bug_basher.steps import reduce
 
 
 def register(mcp: MCPServer, state: AppState) -> None:
@@ -22,9 +20,8 @@ def register(mcp: MCPServer, state: AppState) -> None:
     @tool_errors
     async def minify(
         ctx: Context,
-        case_id: Annotated[str, Field(max_length=200)],
-        script: Annotated[str | None, Field(description="the repro (default: the one the reproduction step ran)",
-                                            max_length=4096)] = None,
+        case_id: CaseId,
+        script: DefaultRepro = None,
         mode: Annotated[str, Field(description="'fx' (PyTorch's minifier on the failing graph), 'source' (reduce "
                                                "the script itself: graph breaks, Dynamo errors, recompiles) or "
                                                "'auto' (from the category and the localisation)")] = "auto",
@@ -39,27 +36,4 @@ def register(mcp: MCPServer, state: AppState) -> None:
         and the trial output when it stops. mode='source' shrinks the script itself (statements in
         parallel, pysource-minimize, then shapes and integer constants). Returns minimized_path
         (also a resource), the sizes before and after, whether it was confirmed, and next_step."""
-        check_mode(mode, after)
-        budget = check_budget(budget_s)
-        flow = await state.gate(ToolName.minify, case_id)
-        case = flow.case
-        ref = load_reference(state.store, case)
-        path = state.confine(case, script, "script") if script else ref.script
-        if not path.is_file():
-            raise InvalidInput(f"script {path} does not exist or is not a file.")
-        return await run_minify(state.store, case, ref, path, mode=mode, after=after, budget_s=budget,
-                                progress=progress_reporter(ctx))
-
-    @mcp.resource("case://{case_id}/minified/{name}", name="minified-repro", mime_type="text/x-python",
-                  description="A reduced repro written by minify")
-    def minified(case_id: str, name: str) -> str:
-        try:
-            state.store.get_case(case_id)
-        except NotFound as exc:
-            raise ResourceNotFoundError(str(exc)) from exc
-        if "/" in name or "\\" in name or name.startswith("."):
-            raise ResourceNotFoundError(f"no minified repro named {name!r}")
-        path = state.store.state_dir / "cases" / case_id / "minified" / name
-        if not path.is_file():
-            raise ResourceNotFoundError(f"no minified repro named {name!r} in case {case_id}")
-        return path.read_text(errors="replace")
+        return await reduce.minify(state, case_id, script, mode, after, budget_s, progress=progress_reporter(ctx))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -22,6 +21,7 @@ from pt2_bug_basher.domain.evidence import (
     VerifyEvidence,
 )
 from pt2_bug_basher.domain.names import Step, ToolName
+from pt2_bug_basher.execution.cpus import xdist_workers
 from pt2_bug_basher.execution.pytest_runs import FailureInfo, NearbyTest
 from pt2_bug_basher.execution.runs import MAX_TIMEOUT_S, check_timeout
 from pt2_bug_basher.mcp_server.tools._base import RUNS_CODE, progress_reporter, tool_errors
@@ -131,7 +131,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
 
         python_workers = 0
         if await testing.has_xdist(state.store, case.python):
-            python_workers = min(4, max(2, os.cpu_count() or 1))
+            python_workers = xdist_workers()
         progress = progress_reporter(ctx)
         merged = testing.JUnitReport()
         run_ids: list[str] = []

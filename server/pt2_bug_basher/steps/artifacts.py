@@ -1,0 +1,131 @@
+"""Step 8 (artifacts): rerun the repro with TORCH_COMPILE_DEBUG and index graphs, IR and generated code."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pt2_bug_basher.artifacts.collect import CollectArtifactsResult, Target, carried_env, collect
+from pt2_bug_basher.case.state import AppState
+from pt2_bug_basher.case.store import CaseRecord
+from pt2_bug_basher.domain.errors import InvalidInput
+from pt2_bug_basher.domain.evidence import ArtifactsEvidence, ReproduceEvidence
+from pt2_bug_basher.domain.names import Step, ToolName
+from pt2_bug_basher.execution.repro import check_args
+from pt2_bug_basher.execution.runs import ProgressFn, check_env_additions, check_timeout
+
+
+async def collect_debug_artifacts(
+    state: AppState, case_id: str, script: str | None = None, run_id: str | None = None,
+    args: list[str] | None = None, trace: bool = False, env: dict[str, str] | None = None,
+    timeout_s: float | None = None, *, progress: ProgressFn | None = None,
+) -> CollectArtifactsResult:
+    """Rerun a script, an earlier run or the case's reproduction with TORCH_COMPILE_DEBUG; record what it wrote."""
+    flow = await state.gate(ToolName.collect_debug_artifacts, case_id)
+    case = flow.case
+    target = resolve_target(state, case, script, run_id, check_args(args) if args else None)
+    result = await collect(
+        state.store, case, target, trace=trace, env_add=check_env_additions(env),
+        timeout_s=check_timeout(timeout_s), progress=progress,
+    )
+    ok, summary, data = evidence_summary(result)
+    state.store.add_evidence(case.case_id, Step.artifacts.value, ok, summary, data=data, run_id=result.run_id)
+    result.recorded.append(Step.artifacts.value)
+    result.next_step = await next_step(state, result, ok)
+    return result
+
+
+def resolve_target(
+    state: AppState, case: CaseRecord, script: str | None, run_id: str | None, args: list[str] | None,
+) -> Target:
+    """The command to rerun: the given script, an earlier run's command, or the case's reproduction."""
+    if script and run_id:
+        raise InvalidInput("pass script or run_id, not both: run_id reruns that run's own script.")
+    if script:
+        path = state.script_file(case, script)
+        return Target([case.python, str(path), *(args or [])], path.parent, str(path), source="script")
+    if run_id:
+        run = state.store.get_run(run_id, case.case_id)
+        argv = list(run.argv)
+        if len(argv) < 2 or argv[0] != case.python:
+            raise InvalidInput(
+                f"run {run_id} did not run a script with the case's Python ({case.python}): it ran "
+                f"{' '.join(argv[:3])[:200]}. Pass the run of a repro script, or script=\"<repro.py>\"."
+            )
+        rest = argv[1:]
+        if rest[0].startswith("-"):
+            # `python -m pytest ...` or similar, recorded by this server: rerun it as it was.
+            if args:
+                raise InvalidInput(f"run {run_id} ran `python {rest[0]} ...`, not a script: args cannot replace "
+                                   "its arguments; pass script=... instead.")
+            command, shown = [case.python, *rest], " ".join(rest[:2])
+            cwd = _cwd(state, case, run.cwd, Path(case.repo))
+        else:
+            path = state.script_file(case, rest[0], f"the script of run {run_id}")
+            command = [case.python, str(path), *(args if args is not None else rest[1:])]
+            shown = str(path)
+            cwd = _cwd(state, case, run.cwd, path.parent)
+        return Target(command, cwd, shown, env=carried_env(run.env), source=f"run {run_id}")
+    records = state.store.evidence(case.case_id, Step.reproduce.value)
+    scripted = [p for p in (r.payload(ReproduceEvidence) for r in records) if p.script]
+    if not scripted:
+        raise InvalidInput(
+            "no script to rerun: pass script=\"<repro.py>\" or run_id=\"<run>\" (the case has no reproduction "
+            f"on record; step 2 is run_with_logs(case_id=\"{case.case_id}\", script=\"<repro.py>\", repeat=2))."
+        )
+    repro = scripted[-1]
+    path = state.script_file(case, repro.script, "the case's reproduction script")
+    repro_args = args if args is not None else list(repro.args)
+    return Target([case.python, str(path), *repro_args], path.parent, str(path), source="reproduction")
+
+
+def _cwd(state: AppState, case: CaseRecord, cwd: str, fallback: Path) -> Path:
+    try:
+        path = state.confine(case, cwd, "cwd")
+    except InvalidInput:
+        return fallback
+    return path if path.is_dir() else fallback
+
+
+def evidence_summary(result: CollectArtifactsResult) -> tuple[bool, str, ArtifactsEvidence]:
+    """The step holds when the compiler wrote something to look at."""
+    ok = result.graph_count > 0 or result.nonempty_files > 0
+    where = ""
+    if result.failure and (result.failure.graph or result.failure.kernel):
+        where = f"; failure in graph {result.failure.graph}" + (
+            f", kernel {result.failure.kernel}" if result.failure.kernel else "")
+    summary = (f"TORCH_COMPILE_DEBUG: {result.graph_count} graphs, {result.kernel_count} kernels, "
+               f"{result.files_total} files ({result.exit}){where}")
+    if not ok:
+        summary = f"TORCH_COMPILE_DEBUG wrote no artifacts ({result.exit})"
+    data = ArtifactsEvidence(
+        debug_dir=result.debug_dir, index=result.index, run_id=result.run_id, script=result.script,
+        graphs=result.graph_count, kernels=result.kernel_count, files=result.files_total, failed=result.failed,
+        failure_graph=result.failure.graph if result.failure else None,
+        failure_kernel=result.failure.kernel if result.failure else None,
+    )
+    return ok, summary[:500], data
+
+
+async def next_step(state: AppState, result: CollectArtifactsResult, ok: bool) -> str:
+    after = (await state.status(result.case_id)).next_step
+    call = f'collect_debug_artifacts(case_id="{result.case_id}", run_id="{result.run_id}"'
+    if not ok:
+        return ("TORCH_COMPILE_DEBUG wrote nothing: the script may not reach torch.compile with the Inductor backend, "
+                "or it fails before Inductor (Dynamo, AOTAutograd). Check stderr "
+                f"({result.stderr}); for Dynamo/AOT failures use run_with_logs with a logs preset or {call}, "
+                "trace=True).")
+    failure = result.failure
+    if failure is not None and (failure.kernel or failure.graph):
+        where = f"kernel {failure.kernel} of graph {failure.graph}" if failure.kernel else f"graph {failure.graph}"
+        graph_dir = next((g.dir_uri for g in result.graphs if g.name == failure.graph), None)
+        read = failure.output_code or graph_dir or ""
+        line = f" (line {failure.output_code_line})" if failure.output_code_line else ""
+        nodes = f"; it computes the FX nodes {', '.join(failure.fx_nodes[:8])}" if failure.fx_nodes else ""
+        fx = f", compared with {graph_dir}fx_graph_transformed.py and ir_post_fusion.txt" if graph_dir else ""
+        return (f"The failure ({failure.phase or 'unknown phase'}) is in {where}: read {read}{line}{nodes}{fx}. "
+                f"Find which lowering or codegen produced the wrong code. Then: {after}")
+    if failure is not None:
+        return (f"The failure is not in generated code ({failure.how}). Read the graphs ({result.index}) to see "
+                f"what reached Inductor, and the stderr ({result.stderr}). Then: {after}")
+    return (f"The run passed with TORCH_COMPILE_DEBUG ({result.exit}); the artifacts show the compiled code, but "
+            "not the failure: check the script runs the failing configuration. Then: " + after)

@@ -1,0 +1,21 @@
+"""Step 3, first half (localize): the backend ablation ladder, to find the layer that fails."""
+
+from __future__ import annotations
+
+from pt2_bug_basher.case.state import AppState
+from pt2_bug_basher.domain.names import ToolName
+from pt2_bug_basher.execution.runs import ProgressFn, ignore_progress
+from pt2_bug_basher.reduce.ladder import LocalizeResult, load_reference
+from pt2_bug_basher.reduce.ladder import localize as run_ladder
+
+
+async def localize(
+    state: AppState, case_id: str, script: str | None = None, *, progress: ProgressFn | None = None,
+) -> LocalizeResult:
+    """Rerun the repro (default: the reproduction's script) at each rung of the backend ladder."""
+    flow = await state.gate(ToolName.localize, case_id)
+    case = flow.case
+    ref = load_reference(state.store, case)
+    path = state.script_file(case, script or str(ref.script))
+    return await run_ladder(state.store, case, ref, path, progress=progress or ignore_progress)
+

@@ -1,0 +1,102 @@
+"""Step 2 (reproduce), with step 6 through steps/logs.py: run_with_logs runs a repro and records what it proves."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pt2_bug_basher.case.state import AppState
+from pt2_bug_basher.case.store import CaseRecord, Store
+from pt2_bug_basher.domain.errors import InvalidInput
+from pt2_bug_basher.domain.evidence import ReproduceEvidence
+from pt2_bug_basher.domain.names import Step, ToolName
+from pt2_bug_basher.execution.repro import RunWithLogsResult, check_args, check_repeat, run_repro
+from pt2_bug_basher.execution.runs import ProgressFn, check_env_additions, check_timeout
+from pt2_bug_basher.steps import logs as logs_step
+
+
+async def run_with_logs(
+    state: AppState, case_id: str, script: str, args: list[str] | None = None, logs: str | None = None,
+    repeat: int = 2, trace: bool = False, env: dict[str, str] | None = None, cwd: str | None = None,
+    timeout_s: float | None = None, *, progress: ProgressFn | None = None,
+) -> RunWithLogsResult:
+    """Run the repro `repeat` times; record the reproduction (repeat >= 2) and, after the main check, the logs."""
+    flow = await state.gate(ToolName.run_with_logs, case_id)
+    case = flow.case
+    script_path = state.script_file(case, script)
+    work_dir = state.confine(case, cwd, "cwd") if cwd else None
+    if work_dir is not None and not work_dir.is_dir():
+        raise InvalidInput(f"cwd {work_dir} is not a directory.")
+    request = logs_step.resolve(case, logs, check_env_additions(env))
+    result = await run_and_record(
+        state.store, case, script_path, args=check_args(args), logs_spec=request.spec, repeat=check_repeat(repeat),
+        trace=trace, env_add=request.env, timeout_s=check_timeout(timeout_s), cwd=work_dir, progress=progress,
+        main_check_done=flow.is_complete(Step.main_check), inductor_config=request.inductor_config,
+    )
+    result.next_step = await next_step(state, result, repeat, request.spec)
+    return result
+
+
+async def run_and_record(
+    store: Store, case: CaseRecord, script: Path, *, args: list[str], logs_spec: str | None, repeat: int,
+    trace: bool, env_add: dict[str, str], timeout_s: float, cwd: Path | None, progress: ProgressFn | None,
+    main_check_done: bool, tool: str = ToolName.run_with_logs.value, inductor_config: dict[str, object] | None = None,
+) -> RunWithLogsResult:
+    """Run the repro (no gate, inputs already checked) and record the evidence its runs give."""
+    result = await run_repro(store, case, script, args=args, logs_spec=logs_spec, repeat=repeat, trace=trace,
+                             env_add=env_add, timeout_s=timeout_s, cwd=cwd, progress=progress, tool=tool,
+                             inductor_config=inductor_config)
+    record(store, case, script, args, result)
+    logs_step.record(store, case, result, logs_spec, main_check_done)
+    return result
+
+
+def record(store: Store, case: CaseRecord, script: Path, args: list[str], result: RunWithLogsResult) -> None:
+    """Two runs or more: a reproduction when all failed with one signature, a failed attempt otherwise."""
+    runs = result.runs
+    n = len(runs)
+    if n < 2:
+        return
+    run_ids = [r.run_id for r in runs]
+    failures = sum(r.failed for r in runs)
+    if result.reproduced and result.failure is not None:
+        f = result.failure
+        summary = f"{script.name} failed {n}/{n} times with the same signature ({f.category}): {f.signature}"
+        store.add_evidence(case.case_id, Step.reproduce.value, True, summary[:500], run_id=run_ids[0],
+                           data=ReproduceEvidence(
+                               script=str(script), args=args, signature=f.signature, category=f.category,
+                               exception_type=f.exception_type, message=f.message, run_ids=run_ids, repeat=n))
+        result.recorded.append(Step.reproduce.value)
+        return
+    why = (f"failed {failures}/{n} times" if failures != n
+           else f"failed every time but with {len({r.signature for r in runs})} different signatures")
+    store.add_evidence(case.case_id, Step.reproduce.value, False, f"{script.name} {why}", run_id=run_ids[0],
+                       data=ReproduceEvidence(script=str(script), run_ids=run_ids,
+                                              signatures=sorted(str(r.signature) for r in runs)))
+
+
+async def next_step(state: AppState, result: RunWithLogsResult, repeat: int, spec: str | None) -> str:
+    case_id = result.case_id
+    failed = sum(r.failed for r in result.runs)
+    call = f'run_with_logs(case_id="{case_id}", script="{result.script}"'
+    if failed == 0:
+        advice = ("The script did not fail: exit 0, no graph break and no mismatch reported. "
+                  "Check that it runs the failing configuration (backend, mode, dynamic, device, dtype) and that "
+                  "it raises or asserts on a wrong result.")
+        if not spec:
+            advice += (" If the problem is graph breaks or recompiles, they only show in logs: "
+                       f'{call}, logs="graph_break").')
+        return advice
+    if any(r.timed_out for r in result.runs):
+        return ("A run hit the timeout and was killed. If the script hangs for real, classify that; otherwise "
+                f"raise timeout_s: {call}, timeout_s=1800).")
+    if repeat < 2:
+        return f"It failed once. Confirm it fails the same way every time: {call}, repeat=2)."
+    if not result.reproduced:
+        return ("The failure is not stable: it failed {}/{} times{}. Look for nondeterminism (random inputs without "
+                "a seed, threads, TORCHINDUCTOR_COMPILE_THREADS=1 to serialise compilation), then {}, repeat=3)."
+                ).format(failed, len(result.runs), "" if result.same_signature else " with different signatures", call)
+    status = await state.status(case_id)
+    if Step.logs.value in result.recorded or not status.next_step.startswith("Step 6"):
+        return status.next_step
+    category = result.failure.category if result.failure else "unknown"
+    return f'Step 6 (collect logs): {call}, logs="{logs_step.preset_for(category)}")'

@@ -1,0 +1,113 @@
+"""The step functions called directly, without MCP: what the CLI and other front ends will call."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from pt2_bug_basher.analysis.verdict import tail_lines
+from pt2_bug_basher.case.config import ServerConfig
+from pt2_bug_basher.case.state import AppState
+from pt2_bug_basher.domain.errors import InvalidInput
+from pt2_bug_basher.domain.evidence import EnvironmentEvidence, ReproduceEvidence
+from pt2_bug_basher.domain.names import Step
+from pt2_bug_basher.execution.cpus import parallel_runs, usable_cpus, xdist_workers
+from pt2_bug_basher.execution.tlparse import compile_entries, read_compile_directory
+from pt2_bug_basher.steps import classify, environment, reproduce
+
+pytestmark = pytest.mark.anyio
+
+BACKEND_FAILURE = """\
+Traceback (most recent call last):
+  File "/home/u/repro.py", line 9, in <module>
+    fn(x)
+torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:
+LoweringException: AssertionError: unsupported layout
+"""
+
+
+@pytest.fixture
+def state(config: ServerConfig) -> AppState:
+    return AppState.open(config)
+
+
+def open_case(state: AppState) -> str:
+    """A case whose environment step is on record, without probing torch."""
+    case = state.store.create_case(str(state.config.default_repo), sys.executable, {})
+    state.store.add_evidence(case.case_id, Step.environment.value, True, "seeded",
+                             data=EnvironmentEvidence(python=sys.executable))
+    return case.case_id
+
+
+async def test_classify_a_text_without_a_case(state: AppState) -> None:
+    result = await classify.classify_error(state, text=BACKEND_FAILURE)
+    assert result.category == "backend_compiler_failed"
+    assert not result.recorded and result.next_step.startswith("Run the diagnostic: ")
+    with pytest.raises(InvalidInput, match="exactly one of text"):
+        await classify.classify_error(state)
+
+
+async def test_reproduce_a_failing_script_records_the_reproduction(state: AppState) -> None:
+    case_id = open_case(state)
+    script = state.config.default_repo / "boom.py"
+    script.write_text("raise ValueError('boom')\n")
+    messages: list[str] = []
+
+    async def progress(message: str) -> None:
+        messages.append(message)
+
+    result = await reproduce.run_with_logs(state, case_id, str(script), repeat=2, progress=progress)
+    assert result.reproduced and result.recorded == ["reproduce"]
+    assert [r.failed for r in result.runs] == [True, True]
+    assert result.failure is not None and result.failure.exception_type == "ValueError"
+    assert result.tail[-1] == "ValueError: boom"
+    record = state.store.evidence(case_id, Step.reproduce.value)[-1]
+    assert record.ok and record.payload(ReproduceEvidence).script == str(script)
+    with pytest.raises(InvalidInput, match="does not exist or is not a file"):
+        await reproduce.run_with_logs(state, case_id, str(script.with_name("missing.py")))
+
+
+async def test_check_env_asks_through_the_callback_only_when_nothing_names_an_env(state, monkeypatch) -> None:
+    for name in ("VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "CONDA_EXE"):
+        monkeypatch.delenv(name, raising=False)
+    asked: list[bool] = []
+
+    async def ask() -> environment.EnvironmentChoice:
+        asked.append(True)
+        return environment.EnvironmentChoice(python=sys.executable)
+
+    result = await environment.check_env(state, ask=ask)
+    assert asked == [True] and result.ok and result.rule == "explicit python argument"
+    assert result.case_id and result.next_step.startswith("Reproduce the failure twice")
+    assert not environment.needs_asking(None, sys.executable)
+
+
+def test_tail_drops_dynamo_hints_and_keeps_the_error() -> None:
+    text = BACKEND_FAILURE + "\nSet TORCHDYNAMO_VERBOSE=1 for the internal stack trace\n\n" + "-" * 20 + "\n"
+    assert tail_lines(text)[-1] == "LoweringException: AssertionError: unsupported layout"
+    assert not any("TORCHDYNAMO_VERBOSE" in line for line in tail_lines(text))
+
+
+def test_one_reader_of_tlparse_compile_directory(tmp_path: Path) -> None:
+    path = tmp_path / "compile_directory.json"
+    path.write_text(json.dumps({
+        "[-/-]": {"artifacts": [{"name": "chromium_events.json", "url": "x"}]},
+        "[0/0]": {"artifacts": [{"name": "dynamo_output_graph_0.txt", "url": "-_0_0_0/dynamo_output_graph_0.txt"},
+                                {"name": "inductor_error_1.txt", "url": "e"}, "not an artifact"]},
+        "[1/0]": {"artifacts": [{"name": "dynamo_graph_break_reason_2.txt", "url": "b"}]},
+        "[2/0]": "malformed",
+    }))
+    compiles = read_compile_directory(path)
+    assert list(compiles) == ["[0/0]", "[1/0]"] and len(compiles["[0/0]"]) == 2
+    assert [(e.compile_id, e.status) for e in compile_entries(compiles)] == [("[0/0]", "failed"),
+                                                                              ("[1/0]", "graph break")]
+    assert read_compile_directory(tmp_path / "missing.json") == {}
+
+
+def test_cpu_counts() -> None:
+    assert usable_cpus() >= 1
+    assert parallel_runs(1) == 1 and parallel_runs(1000) == usable_cpus()
+    assert 2 <= xdist_workers() <= 4
