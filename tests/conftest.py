@@ -9,8 +9,10 @@ import venv
 from pathlib import Path
 
 import pytest
+from mcp import Client
 
 from pt2_bug_basher.case.config import ServerConfig
+from pt2_bug_basher.mcp_server.calls import check_result, input_schemas
 from pt2_bug_basher.mcp_server.server import create_server
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -18,6 +20,58 @@ EXAMPLES = REPO_ROOT / "examples"
 
 # The small-repository fixtures (mini, mini_branch_bug) for every test module.
 pytest_plugins = ["conftest_checkout"]
+
+
+# --------------------------------------------------------------------------------------------
+# Every call a tool's result names (next_step, diagnostic, ...) must be one the server takes:
+# each structured result any test receives through mcp.Client.call_tool is checked.
+
+_EMITTED_PROBLEMS: list[str] = []
+
+
+@pytest.fixture(scope="session", autouse=True)
+def emitted_calls_are_valid(tmp_path_factory: pytest.TempPathFactory):
+    original = Client.call_tool
+    schemas: dict[str, dict] = {}
+
+    async def call_tool(self, name, arguments=None, *args, **kwargs):
+        result = await original(self, name, arguments, *args, **kwargs)
+        if result.structured_content and not result.is_error:
+            if not schemas:
+                root = tmp_path_factory.mktemp("schemas")
+                schemas.update(await input_schemas(create_server(ServerConfig(root / "state", root, (root,)))))
+            problems = check_result(name, result.structured_content, schemas)
+            if problems:
+                _EMITTED_PROBLEMS.extend(problems)
+                raise AssertionError("a tool emitted calls the server does not take:\n" + "\n".join(problems))
+        return result
+
+    Client.call_tool = call_tool  # type: ignore[method-assign]
+    yield
+    Client.call_tool = original  # type: ignore[method-assign]
+
+
+def _raise_swallowed_problems():
+    """A test (or fixture) that caught the AssertionError above still fails."""
+    try:
+        result = yield
+    except BaseException:
+        _EMITTED_PROBLEMS.clear()
+        raise
+    problems, _EMITTED_PROBLEMS[:] = list(_EMITTED_PROBLEMS), []
+    if problems:
+        raise AssertionError("a tool emitted calls the server does not take:\n" + "\n".join(problems))
+    return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    return (yield from _raise_swallowed_problems())
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    return (yield from _raise_swallowed_problems())
 
 
 @pytest.fixture

@@ -17,8 +17,8 @@ from mcp import Client
 
 from pt2_bug_basher.case.config import ServerConfig
 from pt2_bug_basher.case.store import Store
-from pt2_bug_basher.steps.environment import start_case
 from pt2_bug_basher.mcp_server.server import create_server
+from pt2_bug_basher.steps.environment import start_case
 
 
 def _cuda_available() -> bool:

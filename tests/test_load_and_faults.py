@@ -18,8 +18,8 @@ from mcp import Client, StdioServerParameters
 
 from pt2_bug_basher.case.config import ServerConfig
 from pt2_bug_basher.case.store import Store
-from pt2_bug_basher.steps.environment import start_case
 from pt2_bug_basher.mcp_server.server import create_server
+from pt2_bug_basher.steps.environment import start_case
 
 pytestmark = pytest.mark.anyio
 

@@ -1,11 +1,230 @@
-"""What the method prescribes per failure category, read from the category playbooks in prompts/."""
+"""What the method prescribes per failure category: one table, the source of every other copy.
+
+`torch_logs.PRESETS` / `PRESET_ENV` / `PRESET_INDUCTOR_CONFIG`, classify_error's guide and
+diagnostic, triage's next steps, the frontmatter of `prompts/categories/*.md` and the category
+tables of `skill/SKILL.md` all come from PLAYBOOKS (`python -m pt2_bug_basher.docsync` rewrites
+the files; `--check` fails when they are stale). The prose of each playbook stays in its prompt.
+"""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from typing import Literal
 
-from pt2_bug_basher.content import category_playbook
-from pt2_bug_basher.domain.errors import NotFound
+from pydantic import BaseModel, ConfigDict, Field
+
+from pt2_bug_basher.domain.calls import format_call
+from pt2_bug_basher.domain.names import ToolName
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class MinifyPlan(_Frozen):
+    mode: Literal["fx", "source", "auto"] = Field(description="fx: PyTorch's minifier on the failing graph; source: "
+                                                              "shrink the script; auto: decided by localize")
+    after: Literal["aot", "dynamo"] | None = Field(None, description="TORCHDYNAMO_REPRO_AFTER for fx")
+    level: int | None = Field(None, description="TORCHDYNAMO_REPRO_LEVEL for fx")
+    note: str = ""
+
+
+class Diagnostic(_Frozen):
+    """The first diagnostic call; case_id and script are added when it is written out."""
+
+    tool: ToolName
+    arguments: dict[str, str] = Field(default_factory=dict)
+
+
+class Playbook(_Frozen):
+    category: str
+    telltale: str = Field(description="the text that identifies the category (Markdown)")
+    logs: str = Field(description="the TORCH_LOGS spec of the category's preset (run_with_logs(logs=<category>))")
+    env: dict[str, str] = Field(default_factory=dict, description="what the preset sets besides TORCH_LOGS")
+    inductor_config: dict[str, bool | int | str] = Field(default_factory=dict,
+                                                         description="Inductor config the preset applies")
+    minify: MinifyPlan
+    read_first: list[str] = Field(description="TORCH_LOGS artifacts of the preset, then TORCH_COMPILE_DEBUG files "
+                                              "(step 8), in the order to read them")
+    source_files: list[str]
+    config_knobs: list[str]
+    test_files: list[str] = Field(description="topical test files, most likely first")
+    diagnostic: Diagnostic
+
+
+def _logs(category: str) -> Diagnostic:
+    return Diagnostic(tool=ToolName.run_with_logs, arguments={"logs": category})
+
+
+_LOCALIZE = Diagnostic(tool=ToolName.localize)
+_VERBOSE = {"TORCHDYNAMO_VERBOSE": "1"}  # Dynamo's internal stack instead of the shortened user one
+
+PLAYBOOKS: dict[str, Playbook] = {p.category: p for p in (
+    Playbook(
+        category="graph_break",
+        telltale='`torch._dynamo.exc.Unsupported` (with `Explanation:` / `Hint:` / `gb` link), "Graph break in '
+                 'user code", "Graph Break Reason"',
+        logs="graph_breaks",  # where and why Dynamo splits the program, with the user frame
+        minify=MinifyPlan(mode="source", note="keep `fullgraph=True` so the break raises"),
+        read_first=["graph_breaks"],
+        source_files=["torch/_dynamo/symbolic_convert.py", "torch/_dynamo/variables/", "torch/_dynamo/trace_rules.py",
+                      "torch/_dynamo/polyfills/", "torch/_dynamo/graph_break_registry.json", "torch/_dynamo/exc.py"],
+        config_knobs=["torch._dynamo.config.capture_scalar_outputs",
+                      "torch._dynamo.config.capture_dynamic_output_shape_ops", "torch._dynamo.config.verbose",
+                      "torch.compile(fullgraph=True)", "torch._dynamo.explain(fn)(*args)"],
+        test_files=["test/dynamo/test_repros.py", "test/dynamo/test_functions.py",
+                    "test/dynamo/test_graph_break_messages.py"],
+        diagnostic=_logs("graph_break"),
+    ),
+    Playbook(
+        category="recompile",
+        telltale="`torch._dynamo hit config.recompile_limit (N)`, \"Dynamo recompile limit exceeded\", "
+                 "\"recompile_limit reached\" / \"cache_size_limit reached\" (older), `FailOnRecompileLimitHit`, "
+                 "`RecompileError` (only with `error_on_recompile`)",
+        logs="recompiles,recompiles_verbose,guards",  # every failing guard per recompile, and each entry's guards
+        minify=MinifyPlan(mode="source", note="with `error_on_recompile = True` in the script"),
+        read_first=["recompiles_verbose", "guards"],
+        source_files=["torch/_dynamo/guards.py", "torch/_dynamo/variables/builder.py",
+                      "torch/fx/experimental/symbolic_shapes.py", "torch/_dynamo/convert_frame.py"],
+        config_knobs=["torch._dynamo.config.recompile_limit", "torch._dynamo.config.accumulated_recompile_limit",
+                      "torch._dynamo.config.fail_on_recompile_limit_hit", "torch._dynamo.config.error_on_recompile",
+                      "torch._dynamo.config.automatic_dynamic_shapes",
+                      "torch._dynamo.config.assume_static_by_default", "torch._dynamo.mark_dynamic(t, dim)"],
+        test_files=["test/dynamo/test_recompiles.py", "test/dynamo/test_guard_manager.py",
+                    "test/dynamo/test_unspec.py"],
+        diagnostic=_logs("recompile"),
+    ),
+    Playbook(
+        category="dynamo_internal",
+        telltale="`torch._dynamo.exc.InternalTorchDynamoError`, `AssertionError` or `AttributeError` raised from "
+                 "inside `torch/_dynamo/`",
+        logs="+dynamo",  # every traced instruction, variable and guard up to the crash
+        env=_VERBOSE,
+        minify=MinifyPlan(mode="source", note="the failure is inside the tracer: no graph reaches a backend"),
+        read_first=["dynamo", "torchdynamo/debug.log"],
+        source_files=["torch/_dynamo/symbolic_convert.py", "torch/_dynamo/variables/", "torch/_dynamo/side_effects.py",
+                      "torch/_dynamo/output_graph.py", "torch/_dynamo/convert_frame.py", "torch/_dynamo/exc.py"],
+        config_knobs=["TORCHDYNAMO_VERBOSE=1", "torch._dynamo.config.verbose",
+                      "torch._dynamo.config.suppress_errors (hides, never fixes)"],
+        test_files=["test/dynamo/test_repros.py", "test/dynamo/test_functions.py", "test/dynamo/test_exceptions.py",
+                    "test/dynamo/test_higher_order_ops.py"],
+        diagnostic=_logs("dynamo_internal"),
+    ),
+    Playbook(
+        category="backend_compiler_failed",
+        telltale="`torch._dynamo.exc.BackendCompilerFailed: backend='...' raised:` (other backends); for Inductor, "
+                 "2.13 prints `torch._inductor.exc.InductorError: <Inner>: ...` e.g. `LoweringException`, "
+                 "`CppCompileError`, and never the BackendCompilerFailed name (`InductorError` subclasses it)",
+        # the graph AOTAutograd hands over, the graph Inductor lowers, the code it generated, and Inductor's
+        # INFO lines saying which graph (forward, backward, inference) was compiling when it failed
+        logs="aot_graphs,post_grad_graphs,output_code,inductor",
+        # compile in-process (real tracebacks, no worker pool) and show Dynamo's internal stack
+        env={"TORCHINDUCTOR_COMPILE_THREADS": "1", **_VERBOSE},
+        minify=MinifyPlan(mode="fx", after="aot", level=2, note="after `dynamo` if `aot_eager` also fails"),
+        read_first=["post_grad_graphs", "output_code", "aot_graphs", "fx_graph_transformed.py", "ir_pre_fusion.txt"],
+        source_files=["torch/_inductor/compile_fx.py", "torch/_inductor/graph.py", "torch/_inductor/lowering.py",
+                      "torch/_inductor/ir.py", "torch/_inductor/decomposition.py", "torch/_inductor/codecache.py",
+                      "torch/_inductor/codegen/cpp.py", "torch/_functorch/_aot_autograd/"],
+        config_knobs=["TORCHDYNAMO_REPRO_AFTER=aot", "TORCHDYNAMO_REPRO_LEVEL=2", "TORCHINDUCTOR_COMPILE_THREADS=1",
+                      "TORCHINDUCTOR_FORCE_DISABLE_CACHES=1", "torch._inductor.config.fallback_random"],
+        test_files=["test/inductor/test_torchinductor.py", "test/inductor/test_cpu_repro.py",
+                    "test/inductor/test_cuda_repro.py", "test/functorch/test_aotdispatch.py",
+                    "test/dynamo/test_aot_autograd.py", "test/inductor/test_unbacked_symints.py"],
+        diagnostic=_LOCALIZE,
+    ),
+    Playbook(
+        category="triton",
+        telltale="`triton.compiler.errors.CompilationError`, `OutOfResources` (\"out of resource: shared memory\"), "
+                 "`PTXASError`, Triton `NameError`/type errors in generated kernels",
+        logs="output_code,schedule",  # the kernels and the fusion decisions that produced them
+        # the error raised in the main process, from a fresh compile
+        env={"TORCHINDUCTOR_COMPILE_THREADS": "1", "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1"},
+        minify=MinifyPlan(mode="fx", after="aot", level=2, note="user kernels: source mode, keeping the kernel"),
+        read_first=["output_code", "schedule", "ir_post_fusion.txt", "output_code.py"],
+        source_files=["torch/_inductor/codegen/triton.py", "torch/_inductor/runtime/triton_heuristics.py",
+                      "torch/_inductor/select_algorithm.py", "torch/_inductor/async_compile.py",
+                      "torch/_higher_order_ops/triton_kernel_wrap.py"],
+        config_knobs=["TORCHINDUCTOR_COMPILE_THREADS=1", "torch._inductor.config.triton.debug_sync_kernel",
+                      "torch._inductor.config.max_autotune", "TORCHINDUCTOR_FORCE_DISABLE_CACHES=1"],
+        test_files=["test/inductor/test_triton_kernels.py", "test/inductor/test_cuda_repro.py",
+                    "test/inductor/test_codegen_triton.py"],
+        diagnostic=_logs("triton"),
+    ),
+    Playbook(
+        category="accuracy",
+        telltale='"Accuracy failed", `AccuracyError` / "Bad accuracy detected", "Tensor-likes are not close!", '
+                 "NaN/Inf only in compiled output",
+        logs="aot_graphs,output_code",  # the AOT graph and the generated code, to compare against eager
+        env={"TORCHINDUCTOR_NAN_ASSERTS": "1"},  # stop at the first kernel that produces NaN/Inf
+        minify=MinifyPlan(mode="fx", after="aot", level=4, note="after `dynamo` if `aot_eager` also diverges"),
+        read_first=["aot_graphs", "output_code", "fx_graph_readable.py", "fx_graph_transformed.py", "output_code.py"],
+        source_files=["torch/_inductor/decomposition.py", "torch/_decomp/decompositions.py",
+                      "torch/_inductor/lowering.py", "torch/_inductor/fx_passes/", "torch/_inductor/codegen/",
+                      "torch/_dynamo/repro/after_aot.py"],
+        config_knobs=["TORCHDYNAMO_REPRO_AFTER=aot", "TORCHDYNAMO_REPRO_LEVEL=4",
+                      "torch._dynamo.config.repro_tolerance", "torch._inductor.config.fallback_random",
+                      "torch._inductor.config.emulate_precision_casts", "TORCHINDUCTOR_NAN_ASSERTS=1"],
+        test_files=["test/inductor/test_torchinductor.py", "test/inductor/test_cpu_repro.py",
+                    "test/inductor/test_cuda_repro.py"],
+        diagnostic=_LOCALIZE,
+    ),
+    Playbook(
+        category="runtime_crash",
+        telltale='SIGSEGV / SIGABRT / "Segmentation fault", "illegal memory access", "device-side assert '
+                 'triggered", generated-code frames in the traceback',
+        # the code that ran when it crashed, and the graph (with sizes and strides) it was generated from
+        logs="post_grad_graphs,output_code",
+        # asynchronous CUDA errors surface at the kernel that caused them, every tensor is its own allocation
+        # (so out-of-bounds accesses fault), NaN/Inf are caught where they appear
+        env={"CUDA_LAUNCH_BLOCKING": "1", "PYTORCH_NO_CUDA_MEMORY_CACHING": "1", "TORCHINDUCTOR_NAN_ASSERTS": "1"},
+        inductor_config={"triton.debug_sync_kernel": True},  # synchronise after every kernel: which one faulted
+        minify=MinifyPlan(mode="fx", after="aot", level=3,
+                          note="level 3 writes the launcher before compiling, so a killed process still leaves a "
+                               "repro; 2 when the crash is a Python exception"),
+        read_first=["output_code", "post_grad_graphs", "output_code.py", "ir_post_fusion.txt"],
+        source_files=["torch/_inductor/output_code.py", "torch/_inductor/codegen/wrapper.py",
+                      "torch/_inductor/codegen/cpp.py", "torch/_inductor/codegen/triton.py", "torch/_inductor/ir.py",
+                      "torch/_inductor/cudagraph_trees.py"],
+        config_knobs=["CUDA_LAUNCH_BLOCKING=1", "PYTORCH_NO_CUDA_MEMORY_CACHING=1", "TORCHINDUCTOR_NAN_ASSERTS=1",
+                      "torch._inductor.config.size_asserts", "torch._inductor.config.triton.debug_sync_kernel",
+                      "torch._inductor.config.triton.debug_sync_graph"],
+        test_files=["test/inductor/test_cuda_repro.py", "test/inductor/test_cpu_repro.py",
+                    "test/inductor/test_torchinductor.py", "test/inductor/test_cudagraph_trees.py"],
+        diagnostic=_logs("runtime_crash"),
+    ),
+    Playbook(
+        category="export",
+        telltale="`torch._dynamo.exc.UserError`, `ConstraintViolationError` / \"Constraints violated\", "
+                 "`GuardOnDataDependentSymNode` / \"Could not guard on data-dependent expression\", frames in "
+                 "`torch/export/`",
+        # export (and Dynamo, for strict export) at DEBUG; `dynamic` after it keeps symbolic shapes at INFO:
+        # symbols created, guards added, specialisations, without the DEBUG flood
+        logs="+export,dynamic",
+        minify=MinifyPlan(mode="source", note="the FX minifier does not cover export"),
+        read_first=["dynamic", "export"],
+        source_files=["torch/export/_trace.py", "torch/_export/non_strict_utils.py", "torch/export/dynamic_shapes.py",
+                      "torch/fx/experimental/symbolic_shapes.py", "torch/_dynamo/eval_frame.py"],
+        config_knobs=["torch.export.export(..., strict=True|False)", "torch.export.Dim / dynamic_shapes",
+                      "torch._check / torch._check_is_size", "TORCH_LOGS=+export,dynamic"],
+        test_files=["test/export/test_export.py", "test/export/test_draft_export.py",
+                    "test/functorch/test_control_flow.py", "test/export/test_serialize.py"],
+        diagnostic=_logs("export"),
+    ),
+    Playbook(
+        category="unknown",
+        telltale="nothing above matched: a plain `RuntimeError` or `TypeError`, a hang, a wrong shape, or output cut "
+                 "before the telltale line",
+        logs="dynamo,aot,inductor,graph_breaks,recompiles",  # each layer at INFO: which one was working
+        env=_VERBOSE,
+        minify=MinifyPlan(mode="auto", level=2,
+                          note="fx after the layer localize finds, else source"),
+        read_first=["graph_breaks", "recompiles", "dynamo", "aot", "inductor"],
+        source_files=["torch/_dynamo/eval_frame.py", "torch/_dynamo/convert_frame.py", "torch/_inductor/compile_fx.py"],
+        config_knobs=["TORCHDYNAMO_VERBOSE=1", "TORCH_LOGS=+dynamo", "TORCH_TRACE=dir + tlparse"],
+        test_files=["test/dynamo/test_repros.py", "test/inductor/test_torchinductor.py",
+                    "test/functorch/test_aotdispatch.py"],
+        diagnostic=_LOCALIZE,
+    ),
+)}
 
 
 class CategoryGuide(BaseModel):
@@ -19,33 +238,19 @@ class CategoryGuide(BaseModel):
 
 
 def guide(category: str) -> CategoryGuide:
-    try:
-        meta, _ = category_playbook(category)
-    except NotFound:
-        meta = {}
-    level = meta.get("minify_level")
+    found = PLAYBOOKS.get(category)
+    prompt = f'prompt "playbook" with category="{category}"'
+    if found is None:
+        return CategoryGuide(category=category, playbook=prompt)
     return CategoryGuide(
-        category=category,
-        log_preset=str(meta["log_preset"]) if meta.get("log_preset") else None,
-        minify_level=int(level) if isinstance(level, int) or (isinstance(level, str) and level.isdigit()) else None,
-        config_knobs=[str(k) for k in meta.get("config_knobs", []) or []],
-        source_files=[str(k) for k in meta.get("source_files", []) or []],
-        test_files=[str(k) for k in meta.get("test_files", []) or []],
-        playbook=f'prompt "playbook" with category="{category}"',
+        category=category, log_preset=found.logs, minify_level=found.minify.level,
+        config_knobs=list(found.config_knobs), source_files=list(found.source_files),
+        test_files=list(found.test_files), playbook=prompt,
     )
 
 
 def diagnostic_call(category: str, case_id: str | None, script: str | None) -> str:
-    """The exact next diagnostic tool call for a category."""
-    cid = case_id or "<case_id>"
-    repro = script or "<repro.py>"
-    g = guide(category)
-    if category == "accuracy":
-        return f'minify(case_id="{cid}", script="{repro}", mode="fx", after="aot")  # TORCHDYNAMO_REPRO_LEVEL=4'
-    if category in ("backend_compiler_failed", "triton"):
-        return f'localize(case_id="{cid}", script="{repro}")  # then minify(mode="fx")'
-    if category == "runtime_crash":
-        return (f'run_with_logs(case_id="{cid}", script="{repro}", logs="runtime_crash", '
-                'env={"PYTORCH_NO_CUDA_MEMORY_CACHING": "1", "CUDA_LAUNCH_BLOCKING": "1"})')
-    preset = category if g.log_preset else "dynamo_internal"
-    return f'run_with_logs(case_id="{cid}", script="{repro}", logs="{preset}")'
+    """The exact next diagnostic tool call for a category (placeholders where the case or script is unknown)."""
+    found = PLAYBOOKS.get(category) or PLAYBOOKS["unknown"]
+    return format_call(found.diagnostic.tool, case_id=case_id or "<case_id>", script=script or "<repro.py>",
+                       **found.diagnostic.arguments)

@@ -38,46 +38,25 @@ from collections.abc import Iterable
 from pydantic import BaseModel, Field
 
 from pt2_bug_basher.domain.errors import InvalidInput
+from pt2_bug_basher.playbooks import PLAYBOOKS
 
 # --------------------------------------------------------------------------------------------
 # Presets and validation
 # --------------------------------------------------------------------------------------------
 
+# One preset per failure category, from the category table (playbooks.py), plus "graphs".
 PRESETS: dict[str, str] = {
-    # where and why Dynamo splits the program
-    "graph_break": "graph_breaks",
-    # which guard failed on each recompile, and the guards each compiled entry installed
-    "recompile": "recompiles,recompiles_verbose,guards",
-    # everything Dynamo does (tracing, graph breaks, guards, graphs) at DEBUG level
-    "dynamo_internal": "+dynamo",
-    # the generated wrapper + kernels and the scheduler's fusion decisions
-    "triton": "output_code,schedule",
-    # the graph handed to Inductor (before/after post-grad passes) and the code it generated
-    "backend_compiler_failed": "aot_graphs,post_grad_graphs,output_code,inductor",
-    # the AOT graph and the generated code, to compare against eager
-    "accuracy": "aot_graphs,output_code",
-    # the code that ran when the process crashed
-    "runtime_crash": "output_code",
-    # export and Dynamo at DEBUG, plus symbolic-shape decisions (guards, specializations)
-    "export": "+export,dynamic",
-    # every FX graph Dynamo captured
-    "graphs": "graph_code",
+    **{category: playbook.logs for category, playbook in PLAYBOOKS.items()},
+    "graphs": "graph_code",  # every FX graph Dynamo captured
 }
 
 # What a category's preset sets besides TORCH_LOGS: environment variables, and Inductor config
 # values applied by a launcher before the script runs (a caller's own env wins over these).
 PRESET_ENV: dict[str, dict[str, str]] = {
-    # make asynchronous CUDA errors surface at the kernel that caused them, with exact allocations
-    "runtime_crash": {
-        "CUDA_LAUNCH_BLOCKING": "1",
-        "PYTORCH_NO_CUDA_MEMORY_CACHING": "1",
-        "TORCHINDUCTOR_NAN_ASSERTS": "1",
-    },
-    "accuracy": {"TORCHINDUCTOR_NAN_ASSERTS": "1"},
-    "triton": {"TORCHINDUCTOR_COMPILE_THREADS": "1"},
+    category: dict(playbook.env) for category, playbook in PLAYBOOKS.items() if playbook.env
 }
 PRESET_INDUCTOR_CONFIG: dict[str, dict[str, object]] = {
-    "runtime_crash": {"triton.debug_sync_kernel": True},
+    category: dict(playbook.inductor_config) for category, playbook in PLAYBOOKS.items() if playbook.inductor_config
 }
 
 MAX_SPEC_CHARS = 2000
@@ -480,7 +459,8 @@ class _Collector:
             m = _OUTPUT_CODE_RE.search(body)
             if m:
                 self.output_paths[m.group(1)] = None
-        elif "_limit" in body and _LIMIT_RE.search(body) or "FailOnRecompileLimitHit" in body or "Dynamo recompile limit exceeded" in body:
+        elif (("_limit" in body and _LIMIT_RE.search(body)) or "FailOnRecompileLimitHit" in body
+              or "Dynamo recompile limit exceeded" in body):
             self.limit_hit = True
 
     def summary(self) -> LogSummary:

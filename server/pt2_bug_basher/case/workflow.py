@@ -33,21 +33,34 @@ class StepSpec:
     waivable: bool = True
     observed: bool = True
     """False for steps only the agent can do (root cause, fix); they carry no gate."""
+    also: tuple[ToolName, ...] = ()
+    """Tools that serve the step besides the one that records it (shown with it in the docs)."""
+    note: str = ""
+    """What the server instructions say about the step besides its title."""
+
+    @property
+    def tools(self) -> tuple[ToolName, ...]:
+        """Every tool of the step, in the order they are used."""
+        return (*self.also, *((self.tool,) if self.tool else ()))
 
 
 STEPS: tuple[StepSpec, ...] = (
     StepSpec(Step.environment, 1, "Check the environment", ToolName.check_env,
              'check_env(conda_env="<env>")', waivable=False),
     StepSpec(Step.reproduce, 2, "Reproduce reliably (same failure on every run)", ToolName.run_with_logs,
-             'run_with_logs(case_id="{case_id}", script="<repro.py>", repeat=2)'),
+             'run_with_logs(case_id="{case_id}", script="<repro.py>", repeat=2)', note="with repeat=2"),
     StepSpec(Step.reduce, 3, "Reduce to a minimal standalone repro", ToolName.minify,
-             'minify(case_id="{case_id}", script="<repro.py>", mode="auto")'),
+             'minify(case_id="{case_id}", script="<repro.py>", mode="auto")', also=(ToolName.localize,)),
     StepSpec(Step.test, 4, "Register a failing unit test in a topical test file", ToolName.register_test,
-             'register_test(case_id="{case_id}", test_file="test/<area>/test_<topic>.py", test_name="<TestClass.test_name>")'),
+             'register_test(case_id="{case_id}", test_file="test/<area>/test_<topic>.py", '
+             'test_name="<TestClass.test_name>")',
+             note="never test/dynamo/test_misc.py, and BEFORE reading compiler code"),
     StepSpec(Step.main_check, 5, "Confirm the test fails on main in a worktree", ToolName.make_worktree,
-             'make_worktree(case_id="{case_id}", action="create", ref="main")', rebased_on=(Step.test,)),
+             'make_worktree(case_id="{case_id}", action="create", ref="main")', rebased_on=(Step.test,),
+             note="if it passes there: stop"),
     StepSpec(Step.logs, 6, "Collect logs (TORCH_LOGS)", ToolName.run_with_logs,
-             'run_with_logs(case_id="{case_id}", script="<repro.py>", logs="<preset>")'),
+             'run_with_logs(case_id="{case_id}", script="<repro.py>", logs="<preset>")',
+             note="with logs=<the category's preset>"),
     StepSpec(Step.classify, 7, "Classify the failure", ToolName.classify_error,
              'classify_error(case_id="{case_id}", run_id="<run_id>")'),
     StepSpec(Step.artifacts, 8, "Inspect TORCH_COMPILE_DEBUG artifacts", ToolName.collect_debug_artifacts,
@@ -106,8 +119,9 @@ class CaseStatus(BaseModel):
 
 STOPPED_MAIN = (
     "the registered test passes on {ref}: the test may not capture the bug, or it is already fixed there. "
-    "Register a new test with register_test(...) that fails, or, if you are sure, "
-    'waive_step(case_id="{case_id}", step="main_check", reason="...").'
+    'Register a new test that fails: register_test(case_id="{case_id}", test_file="<test file>", '
+    'test_name="<TestClass.test_name>"), or, if you are sure, '
+    'waive_step(case_id="{case_id}", step="main_check", reason="<why the test is right>").'
 )
 
 TreeHashFn = Callable[[], str]
@@ -214,7 +228,8 @@ class Workflow:
                 "failed": f"its last attempt did not succeed ({status.evidence})",
                 "pending": "it has not been done",
             }.get(status.status, status.status)
-            hint = f"; or, with a reason, waive_step(case_id=\"{self.case.case_id}\", step=\"{step.value}\", reason=\"...\")" if SPEC[step].waivable else ""
+            hint = (f'; or, with a reason, waive_step(case_id="{self.case.case_id}", step="{step.value}", '
+                    'reason="<why it does not apply>")') if SPEC[step].waivable else ""
             raise GateClosed(
                 f"{tool.value} refused: step {SPEC[step].number} '{SPEC[step].title}' is not complete — {why}. "
                 f"Next call: {status.tool_call}{hint}"

@@ -1,9 +1,8 @@
-"""The command line: serve, check-env, install-skill (and the commands later steps add)."""
+"""The command line: serve, check-env, triage, call, report, cases, install-skill."""
 
 from __future__ import annotations
 
 import argparse
-import re
 import shutil
 import sys
 from pathlib import Path
@@ -48,6 +47,14 @@ def build_parser() -> argparse.ArgumentParser:
     triage.add_argument("--json", action="store_true", help="print the report as JSON")
     _server_options(triage)
 
+    call = sub.add_parser("call", help="call any tool through the server and print its result as JSON",
+                          description="Call one tool through the real server code (in-process) and print its "
+                                      "structured result as JSON. Exit 1 when the tool refuses (its message on "
+                                      "stderr), 2 for an unknown tool or arguments that are not a JSON object.")
+    call.add_argument("tool", help="the tool's name, e.g. get_workflow")
+    call.add_argument("arguments", nargs="?", default="{}", help="the arguments as one JSON object (default {})")
+    _server_options(call)
+
     report = sub.add_parser("report", help="show a case: steps, runs, classification, tests, waivers (Markdown)")
     report.add_argument("case_id", help="the case id (check_env and triage print it)")
     report.add_argument("--html", metavar="PATH", help="write a self-contained HTML report to PATH ('-': stdout)")
@@ -72,6 +79,10 @@ def main(argv: list[str] | None = None) -> int:
         return _check_env(args)
     if args.command == "triage":
         return _triage(args)
+    if args.command == "call":
+        from pt2_bug_basher.cli.call import run
+
+        return run(_config(args), args.tool, args.arguments)
     if args.command == "report":
         return _report(args)
     if args.command == "cases":
@@ -112,6 +123,7 @@ def _check_env(args: argparse.Namespace) -> int:
     import anyio
 
     from pt2_bug_basher.case.store import Store
+    from pt2_bug_basher.cli.render import format_env_report
     from pt2_bug_basher.domain.errors import BugBasherError
     from pt2_bug_basher.steps.environment import start_case
 
@@ -134,7 +146,8 @@ def _triage(args: argparse.Namespace) -> int:
     import anyio
 
     from pt2_bug_basher.case.store import Store
-    from pt2_bug_basher.cli.triage import format_report, triage
+    from pt2_bug_basher.cli.render import ProgressLine, format_triage
+    from pt2_bug_basher.cli.triage import triage
     from pt2_bug_basher.domain.errors import BugBasherError
 
     config = _config(args)
@@ -157,106 +170,10 @@ def _triage(args: argparse.Namespace) -> int:
     finally:
         if line is not None:
             line.close()
-    print(report.model_dump_json(indent=2) if args.json else format_report(report))
+    print(report.model_dump_json(indent=2) if args.json else format_triage(report))
     if not report.env.ok:
         return 1
     return 0
-
-
-class ProgressLine:
-    """A live status line on a terminal: a spinner, the current phase, each run's elapsed time.
-
-    A phase message replaces the line (the finished phase stays above it, ticked); a run's
-    "LABEL: running for Ns" updates that run's part of the line. Only used on a TTY.
-    """
-
-    FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
-    _RUN_TICK = re.compile(r"^(?P<label>.+): running for (?P<secs>\d+)s$")
-
-    def __init__(self, stream, interval_s: float = 0.1) -> None:
-        import threading
-        import time
-
-        self._time = time.monotonic
-        self.stream = stream
-        self.phase = ""
-        self.phase_started = self._time()
-        self.runs: dict[str, int] = {}
-        self.frame = 0
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._spin, args=(interval_s,), daemon=True)
-        self._thread.start()
-
-    def say(self, message: str) -> None:
-        with self._lock:
-            tick = self._RUN_TICK.match(message)
-            if tick is not None:
-                self.runs[tick["label"]] = int(tick["secs"])
-            else:
-                self._finish_phase("✓")
-                self.phase, self.phase_started, self.runs = message, self._time(), {}
-            self._draw()
-
-    def close(self, ok: bool = True) -> None:
-        if self._stop.is_set():
-            return
-        self._stop.set()
-        self._thread.join(timeout=1)
-        with self._lock:
-            self._finish_phase("✓" if ok else "✗")
-            self.stream.flush()
-
-    def _finish_phase(self, mark: str) -> None:
-        if self.phase:
-            elapsed = self._time() - self.phase_started
-            self.stream.write(f"\r\x1b[2K{mark} {self.phase} ({elapsed:.1f}s)\n")
-            self.phase = ""
-
-    def _draw(self) -> None:
-        if not self.phase:
-            return
-        import shutil
-
-        width = max(20, shutil.get_terminal_size((100, 24)).columns - 1)
-        runs = "".join(f" · {label} {secs}s" for label, secs in self.runs.items())
-        text = f"{self.FRAMES[self.frame % len(self.FRAMES)]} {self.phase}{runs} [{self._time() - self.phase_started:.0f}s]"
-        self.stream.write("\r\x1b[2K" + text[:width])
-        self.stream.flush()
-
-    def _spin(self, interval_s: float) -> None:
-        while not self._stop.wait(interval_s):
-            with self._lock:
-                self.frame += 1
-                self._draw()
-
-
-def format_env_report(result) -> str:
-    lines = [f"Interpreter : {result.python} (Python {result.python_version or '?'})", f"Chosen by   : {result.rule}"]
-    if result.active_env:
-        lines.append(f"Active env  : {result.active_env}")
-    lines.append(f"Repository  : {result.repo}")
-    if result.torch is not None:
-        t = result.torch
-        lines += [
-            f"torch       : {t.version} (git {t.git_version or '?'})",
-            f"torch from  : {t.file}" + ("  [develop build of the repository]" if t.imported_from_repo else ""),
-            f"CUDA        : {'available, ' + (t.cuda_version or '?') if t.cuda_available else 'not available'}",
-        ]
-        for gpu in t.gpus:
-            lines.append(f"GPU {gpu.index}       : {gpu.name}, compute capability {gpu.capability}, {gpu.memory_gib} GiB")
-        lines.append(f"Triton      : {t.triton_version or 'not installed'}")
-        lines.append(f"TORCH_LOGS  : {len(t.log_components)} components, {len(t.log_artifacts)} artifacts")
-    else:
-        lines.append(f"torch       : cannot be imported: {result.import_error}")
-    for warning in result.warnings:
-        lines.append(f"Warning     : {warning}")
-    if result.ask_user:
-        lines.append(f"Question    : {result.ask_user}")
-    if result.case_id:
-        lines.append(f"Case        : {result.case_id}")
-    lines.append(f"Next        : {result.next_step}")
-    return "\n".join(lines)
 
 
 def _report(args: argparse.Namespace) -> int:

@@ -137,7 +137,8 @@ def resolve_interpreter(
         raise InvalidInput(
             f"no environment named {conda_env!r}: conda is {'available' if envs is not None else 'not installed'}"
             f" and the active env is {active_name or 'none'}. Known envs: {', '.join(known) or 'none'}. "
-            "Ask the user which environment to use, then call check_env(conda_env=NAME) or check_env(python=PATH)."
+            'Ask the user which environment to use, then call check_env(conda_env="<env name>") or '
+            'check_env(python="<interpreter path>").'
         )
     if active is not None:
         kind = "conda env" if environ.get("CONDA_PREFIX") else "virtualenv"
@@ -149,7 +150,8 @@ def resolve_interpreter(
         ask_user=(
             f"No conda env or virtualenv is active and none was named, so the server's interpreter "
             f"{sys.executable} was used. Ask the user which environment reproduces the failure; if it is "
-            "another, call check_env(conda_env=NAME) or check_env(python=PATH) to start the case there."
+            'another, call check_env(conda_env="<env name>") or check_env(python="<interpreter path>") to start '
+            "the case there."
         ),
     )
 

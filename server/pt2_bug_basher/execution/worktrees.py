@@ -147,7 +147,7 @@ def resolve_commit(repo: Any, ref: str) -> str:
     except git.GitCommandError:
         raise NotFound(
             f"the repository has no ref {ref!r}. Branches that exist: {_branch_listing(repo)}. "
-            f"Pass one of them as ref (e.g. make_worktree(..., ref=\"<branch>\"))."
+            'Pass one of them as ref (ref="<branch>").'
         ) from None
 
 

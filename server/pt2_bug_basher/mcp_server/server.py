@@ -15,6 +15,7 @@ from mcp.server import MCPServer
 from pt2_bug_basher import __version__
 from pt2_bug_basher.case.config import ServerConfig
 from pt2_bug_basher.case.state import AppState
+from pt2_bug_basher.case.workflow import STEPS, StepSpec
 from pt2_bug_basher.content import category_playbook, prompt_file, skill_body
 from pt2_bug_basher.domain.errors import NotFound
 from pt2_bug_basher.domain.names import ToolName
@@ -23,27 +24,25 @@ from pt2_bug_basher.mcp_server.tools import registered_modules
 
 SERVER_NAME = "pt2-bug-basher"
 
-INSTRUCTIONS = """\
+_INSTRUCTIONS = """\
 pt2-bug-basher debugs PyTorch 2 compiler failures (torch.compile, torch.export, Dynamo, AOTAutograd,
 Inductor) with a fixed method. The server runs, parses and remembers; you think. Steps, in order:
- 1 check_env -> opens a case (case_id)
- 2 run_with_logs(repeat=2) -> the failure reproduces with the same signature
- 3 localize / minify -> a minimal standalone repro
- 4 register_test -> a failing unit test in a topical test file (never test/dynamo/test_misc.py),
-   written BEFORE reading compiler code
- 5 make_worktree(action="create", ref="main") -> the test also fails on main (if it passes: stop)
- 6 run_with_logs(logs=<preset>) -> logs   7 classify_error -> category
- 8 collect_debug_artifacts -> graphs, IR, generated code
- 9 root cause, 10 fix (your work)
-11 run_tests -> the new test and nearby tests pass on the current code
-12 review_changes   13 celebrate
+{steps}
 A tool whose step's prerequisites are missing refuses and names the exact call that unblocks it.
 Evidence counts only if the server observed it, and verification/review only for the current code.
 waive_step(case_id, step, reason) skips a gate on the record. get_workflow(case_id) shows where a
 case stands and the single next step; every result ends with next_step. Full logs and artifacts
-are resources (case://{case_id}/runs/{run_id}/stdout|stderr, case://{case_id}/artifacts/<path>);
+are resources (case://{{case_id}}/runs/{{run_id}}/stdout|stderr, case://{{case_id}}/artifacts/<path>);
 the method is skill://pt2-bug-basher/SKILL.md.
 """
+
+
+def _step_line(spec: StepSpec) -> str:
+    tools = ", ".join(tool.value for tool in spec.tools) or "your work"
+    return f"{spec.number:>2} {tools} -> {spec.title}" + (f"; {spec.note}" if spec.note else "")
+
+
+INSTRUCTIONS = _INSTRUCTIONS.format(steps="\n".join(_step_line(spec) for spec in STEPS))
 
 
 def create_server(config: ServerConfig) -> MCPServer:

@@ -15,13 +15,15 @@ from pt2_bug_basher.domain.evidence import ReduceEvidence
 from pt2_bug_basher.domain.names import Step
 from pt2_bug_basher.execution.cpus import usable_cpus
 from pt2_bug_basher.execution.runs import execute
+from pt2_bug_basher.playbooks import PLAYBOOKS
 from pt2_bug_basher.reduce.ladder import Reference, compare, describe, localized, run_timeout, verdict_of
 
 MODES = ("auto", "fx", "source")
 AFTERS = ("aot", "dynamo")
 MIN_BUDGET_S = 5.0
 MAX_BUDGET_S = 4 * 3600.0
-_FX_CATEGORIES = {"backend_compiler_failed": "aot", "runtime_crash": "aot", "accuracy": "aot", "triton": "aot"}
+# Categories whose failure sits on a captured graph: the FX minifier, after the layer the table names.
+_FX_CATEGORIES = {c: p.minify.after or "aot" for c, p in PLAYBOOKS.items() if p.minify.mode == "fx"}
 
 
 class ReducerStatsOut(BaseModel):

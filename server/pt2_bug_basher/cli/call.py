@@ -1,0 +1,87 @@
+"""`pt2-bug-basher call TOOL '<json arguments>'`: any tool through the real server, from a shell.
+
+The server runs in-process (the same factory `serve` uses) behind an in-memory MCP client, so
+the call takes the path an agent's does: argument validation, gates, evidence, lifespan.
+Exit status: 0 with the structured result as JSON on stdout; 1 when the tool refuses (its
+message on stderr); 2 for an unknown tool or arguments that are not a JSON object.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import logging
+import sys
+from collections.abc import Callable
+from typing import Any, TextIO
+
+from pt2_bug_basher.case.config import ServerConfig
+
+
+def parse_arguments(text: str) -> dict[str, Any]:
+    """The arguments as a JSON object; ValueError saying what is wrong otherwise."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"the arguments are not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); "
+                         "pass one JSON object, e.g. '{\"case_id\": \"case-...\"}'") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"the arguments must be a JSON object ({{...}}), not {type(value).__name__}")
+    return value
+
+
+async def call_tool(config: ServerConfig, tool: str, arguments: dict[str, Any],
+                    say: Callable[[str], None] | None = None) -> tuple[int, str]:
+    """(exit status, text for stdout or stderr) of one tool call through an in-process server."""
+    from mcp import Client
+
+    from pt2_bug_basher.mcp_server.server import create_server
+
+    server = create_server(config)
+    names = [t.name for t in await server.list_tools()]
+    if tool not in names:
+        close = difflib.get_close_matches(tool, names, n=2)
+        hint = f" (did you mean {' or '.join(close)}?)" if close else ""
+        return 2, f"no tool {tool!r}{hint}; the tools are: {', '.join(names)}"
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        if say is not None and message:
+            say(message)
+
+    async with Client(server) as client:
+        result = await client.call_tool(tool, arguments, progress_callback=on_progress)
+    text = "\n".join(getattr(block, "text", "") for block in result.content).strip()
+    if result.is_error:
+        return 1, text or f"{tool} refused the call"
+    if result.structured_content is None:
+        return 0, text
+    return 0, json.dumps(result.structured_content, indent=2, ensure_ascii=False)
+
+
+def run(config: ServerConfig, tool: str, arguments_text: str, stdout: TextIO = sys.stdout,
+        stderr: TextIO = sys.stderr) -> int:
+    import anyio
+
+    from pt2_bug_basher.cli.render import ProgressLine
+    from pt2_bug_basher.domain.errors import BugBasherError
+
+    try:
+        arguments = parse_arguments(arguments_text)
+    except ValueError as exc:
+        print(f"pt2-bug-basher call: {exc}", file=stderr)
+        return 2
+    logging.getLogger("mcp").setLevel(logging.WARNING)  # the SDK logs each refusal at INFO: printed once below
+    line = ProgressLine(stderr) if stderr.isatty() else None
+    status, text = 2, ""
+    try:
+        status, text = anyio.run(lambda: call_tool(config, tool, arguments, line.say if line else None))
+    except BugBasherError as exc:
+        text = str(exc)
+    finally:
+        if line is not None:
+            line.close(ok=status == 0)
+    if status == 0:
+        print(text, file=stdout)
+    else:
+        print(f"pt2-bug-basher call: {text}" if status == 2 else text, file=stderr)
+    return status

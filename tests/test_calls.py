@@ -1,0 +1,167 @@
+"""Tool calls written in text: found, parsed and checked against the tools' input schemas, and every
+call the server itself writes (step table, gates, category diagnostics) passes the check."""
+
+from __future__ import annotations
+
+import sys
+
+import anyio
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from mcp import Client
+
+from pt2_bug_basher.analysis.classify import CATEGORIES
+from pt2_bug_basher.case.config import ServerConfig
+from pt2_bug_basher.case.store import Store
+from pt2_bug_basher.case.workflow import SPEC, STEPS, STOPPED_MAIN, Workflow
+from pt2_bug_basher.domain.calls import format_call
+from pt2_bug_basher.domain.errors import GateClosed
+from pt2_bug_basher.domain.names import Step, ToolName
+from pt2_bug_basher.mcp_server.calls import (
+    CallError,
+    check_result,
+    check_text,
+    find_calls,
+    input_schemas,
+    parse_call,
+)
+from pt2_bug_basher.mcp_server.server import create_server
+from pt2_bug_basher.playbooks import PLAYBOOKS, diagnostic_call
+
+
+@pytest.fixture(scope="module")
+def schemas(tmp_path_factory):
+    root = tmp_path_factory.mktemp("calls")
+    return anyio.run(input_schemas, create_server(ServerConfig(root / "state", root, (root,))))
+
+
+def problems(text: str, schemas) -> list[str]:
+    return [p.message for p in check_text(text, schemas)]
+
+
+# --------------------------------------------------------------------------------------------
+# Finding and parsing
+
+
+def test_calls_are_found_in_prose_with_nesting_and_quotes():
+    text = ('Step 6: run_with_logs(case_id="c", script="a (b).py", env={"A": "x)"}) then '
+            "review_changes(case_id='c'); torch.compile(fullgraph=True) and print(x) are not tool calls.")
+    assert list(find_calls(text, {"run_with_logs", "review_changes"})) == [
+        'run_with_logs(case_id="c", script="a (b).py", env={"A": "x)"})', "review_changes(case_id='c')"]
+
+
+def test_literals_python_and_json_and_slots():
+    call = parse_call('run_tests(case_id="c", tests=["<registered test>"], run_nearby=true, k=None, '
+                      "timeout_s=-1.5, where='repo')")
+    assert call.tool == "run_tests"
+    assert call.arguments == {"case_id": "c", "tests": ["<registered test>"], "run_nearby": True, "k": None,
+                              "timeout_s": -1.5, "where": "repo"}
+    assert parse_call("run_with_logs(logs=<preset>)").arguments == {"logs": "<preset>"}
+
+
+@pytest.mark.parametrize("snippet,needle", [
+    ("register_test(...)", "`...` stands for arguments"),
+    ('make_worktree(..., ref="<branch>")', "`...` stands for arguments"),
+    ("get_workflow(case_id)", "positional argument"),
+    ("check_env(conda_env=NAME)", "not a literal value"),
+    ('run_tests(**{"case_id": "c"})', "**"),
+    ('run_tests(case_id="c"', "does not parse"),
+    ("run_tests(case_id=f(x))", "not a literal value"),
+])
+def test_what_is_not_a_call(snippet, needle):
+    with pytest.raises(CallError, match=needle.replace("*", r"\*").replace("(", r"\(")):
+        parse_call(snippet)
+
+
+# --------------------------------------------------------------------------------------------
+# Checking against the schemas
+
+
+def test_good_calls_pass(schemas):
+    for text in [
+        'run_with_logs(case_id="c", script="<repro.py>", repeat=2)',
+        'run_with_logs(case_id="c", script="/x/r.py", logs="unknown", env={"A": "1"}, args=["--n", "3"])',
+        'run_tests(case_id="c", run_nearby=true) and review_changes(case_id="c")',
+        'make_worktree(case_id="c", action="<create or remove>", force=True)',
+        'waive_step(case_id="c", step="<step>", reason="...")',
+        "get_workflow()",
+        'minify(case_id="c", mode="fx", after="dynamo", budget_s=120)',
+    ]:
+        assert problems(text, schemas) == [], text
+
+
+@pytest.mark.parametrize("text,needle", [
+    ('run_test(case_id="c")', "no tool 'run_test' (did you mean run_tests?)"),
+    ('localize(case_id="c", scrpit="r.py")', "takes no argument 'scrpit'"),
+    ('localize(script="r.py")', "'case_id' is a required property"),
+    ('run_with_logs(case_id="c", script="r.py", repeat="2")', "repeat: '2' is not of type 'integer'"),
+    ('run_with_logs(case_id="c", script="r.py", timeout_s=<seconds>)', "placeholder, but the tool takes number"),
+    ('run_with_logs(case_id="c", script="r.py", logs="bogus")', "logs='bogus' is refused"),
+    ('minify(case_id="c", mode="fxx")', "mode='fxx' is refused"),
+    ('waive_step(case_id="c", step="reducing", reason="x")', "'reducing' is not one of"),
+    ('make_worktree(case_id="c", action="delete")', "'delete' is not one of"),
+])
+def test_bad_calls_say_why(schemas, text, needle):
+    found = problems(text, schemas)
+    assert any(needle in p for p in found), found
+
+
+def test_a_result_check_names_the_tool_the_field_and_the_call(schemas):
+    result = {"next_step": "fine: get_workflow()", "nested": [{"diagnostic": 'localize(case_id="c", x=1)'}],
+              "stderr": "run_tests() is PyTorch's, and this field is not checked"}
+    (line,) = check_result("classify_error", result, schemas)
+    assert line.startswith("classify_error result, field nested[0].diagnostic: localize(case_id=\"c\", x=1) -> ")
+    assert "takes no argument 'x'" in line
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.sampled_from(["case_id", "script", "k", "cwd"]), st.text(), min_size=1),
+       st.text(max_size=40))
+def test_format_call_round_trips_any_text(arguments, prose):
+    written = format_call("run_tests", **arguments)
+    assert parse_call(written).arguments == arguments
+    assert written in list(find_calls(f"{prose} {written}", {"run_tests"}))
+
+
+# --------------------------------------------------------------------------------------------
+# What the server writes
+
+
+def test_the_step_table_and_the_stop_message_are_valid_calls(schemas):
+    for spec in STEPS:
+        if spec.observed:
+            assert problems(spec.opens_with.format(case_id="case-1"), schemas) == [], spec.step
+    assert problems(STOPPED_MAIN.format(ref="main", case_id="case-1"), schemas) == []
+
+
+def test_gate_refusals_name_valid_calls(workspace, schemas):
+    store = Store(workspace / "state")
+    case = store.create_case(str(workspace / "repo"), sys.executable, {})
+    flow = Workflow(store, case.case_id, lambda: "tree")
+    for tool in (ToolName.localize, ToolName.collect_debug_artifacts, ToolName.celebrate):
+        with pytest.raises(GateClosed) as refused:
+            flow.require(tool)
+        message = str(refused.value)
+        assert "Next call: " in message and problems(message, schemas) == [], message
+    assert SPEC[Step.environment].waivable is False
+
+
+@pytest.mark.parametrize("category", CATEGORIES)
+def test_every_category_diagnostic_is_a_valid_call(schemas, category):
+    for case_id, script in ((None, None), ("case-1", '/tmp/a "quoted" \\ path.py')):
+        call = diagnostic_call(category, case_id, script)
+        assert problems(call, schemas) == [], call
+        assert parse_call(call).tool == PLAYBOOKS[category].diagnostic.tool.value
+
+
+@pytest.mark.anyio
+async def test_classify_error_on_an_unknown_failure_recommends_a_call_the_server_takes(server, schemas):
+    async with Client(server) as client:
+        result = await client.call_tool("classify_error", {"text": "something odd happened\nexit 3\n"})
+    data = result.structured_content
+    assert data["category"] == "unknown"
+    assert problems(data["diagnostic"], schemas) == [], data["diagnostic"]
+    assert parse_call(data["diagnostic"]).tool == "localize"
+    # and the unknown category's preset is one run_with_logs takes
+    assert problems('run_with_logs(case_id="c", script="r.py", logs="unknown")', schemas) == []
