@@ -1,4 +1,5 @@
-"""The command line: serve, check-env, triage, call, report, cases, install-skill."""
+"""The command line: serve, check-env, triage, call, localize, minify, artifacts, classify, report, cases,
+install-skill."""
 
 from __future__ import annotations
 
@@ -55,6 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
     call.add_argument("arguments", nargs="?", default="{}", help="the arguments as one JSON object (default {})")
     _server_options(call)
 
+    from pt2_bug_basher.cli.commands import add_parsers
+
+    add_parsers(sub, _server_options)
+
     report = sub.add_parser("report", help="show a case: steps, runs, classification, tests, waivers (Markdown)")
     report.add_argument("case_id", help="the case id (check_env and triage print it)")
     report.add_argument("--html", metavar="PATH", help="write a self-contained HTML report to PATH ('-': stdout)")
@@ -83,6 +88,10 @@ def main(argv: list[str] | None = None) -> int:
         from pt2_bug_basher.cli.call import run
 
         return run(_config(args), args.tool, args.arguments)
+    if args.command in ("localize", "minify", "artifacts", "classify"):
+        from pt2_bug_basher.cli.commands import run
+
+        return run(args, _config(args))
     if args.command == "report":
         return _report(args)
     if args.command == "cases":
