@@ -241,6 +241,7 @@ def test_wheel_carries_skill_and_prompts(tmp_path):
     assert "pt2_bug_basher/_data/skill/SKILL.md" in names
     assert any(n.startswith("pt2_bug_basher/_data/prompts/categories/") for n in names)
     assert "pt2_bug_basher/_probes/env_probe.py" in names
+    assert "pt2_bug_basher/_probes/pytest_plugin/pt2bb_pytest_report.py" in names
     # Installed from the wheel alone (no checkout on the path), the skill is still found.
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--target", str(target), str(wheel)],

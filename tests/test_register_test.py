@@ -10,7 +10,9 @@ from conftest_checkout import LARGE_TEST, Mini
 from mcp import Client
 from torch_checkout import add_test
 
-from pt2_bug_basher.execution.pytest_runs import check_test_file, split_test_name, topical_problem
+from pt2_bug_basher.domain.errors import InvalidInput
+from pt2_bug_basher.execution.pytest.results import parse_report
+from pt2_bug_basher.execution.pytest.static_checks import check_test_file, split_test_name, topical_problem
 
 pytestmark = pytest.mark.anyio
 
@@ -112,9 +114,11 @@ async def test_a_failing_test_that_matches_the_reproduction_is_registered(mini: 
     assert evidence.data.test_name == "TestOps.test_double_large"
     assert evidence.data.node_id == data["node_id"]
     assert evidence.data.category and evidence.data.message
-    # The run is recorded with pytest's command line, JUnit XML under the case.
+    # The run is recorded with pytest's command line; the report plugin writes its results under the case.
     run = mini.store.get_run(data["run_id"], case)
-    assert run.argv[1:3] == ["-m", "pytest"] and any(a.startswith("--junitxml=") for a in run.argv)
+    assert run.argv[1:3] == ["-m", "pytest"] and "pt2bb_pytest_report" in run.argv
+    [report] = [a.split("=", 1)[1] for a in run.argv if a.startswith("--pt2bb-report=")]
+    assert Path(report).is_relative_to(mini.store.case_dir(case)) and Path(report).is_file()
     # A bare method name works when it is unique in the file.
     again = await call(mini, "register_test", case_id=case, test_file="test/test_ops.py", test_name="test_double_large")
     assert again.structured_content["ok"] is True
@@ -197,7 +201,8 @@ GUARD = '\n\nif __name__ == "__main__":\n    run_tests()\n'
     ("import torch.testing._internal.common_utils as cu\nrun_tests = cu.run_tests", "cu.TestCase"),
     ("import torch.testing._internal.common_utils\nfrom torch.testing._internal.common_utils import run_tests",
      "torch.testing._internal.common_utils.TestCase"),
-    ("import torch._dynamo.test_case\nfrom torch._dynamo.test_case import run_tests", "torch._dynamo.test_case.TestCase"),
+    ("import torch._dynamo.test_case\nfrom torch._dynamo.test_case import run_tests",
+     "torch._dynamo.test_case.TestCase"),
     ("from torch._dynamo.test_case import TestCase as DynamoTestCase, run_tests", "DynamoTestCase"),
     ("from torch.testing._internal.common_utils import TestCase, run_tests\n\nclass Base(TestCase):\n    pass",
      "Base"),
@@ -265,7 +270,7 @@ def test_test_names_and_topical_files():
     assert split_test_name("test_b") == (None, "test_b")
     assert split_test_name("test/x.py::A::test_b") == ("A", "test_b")
     for bad in ("a.b.c", "-k", "x; y", ""):
-        with pytest.raises(Exception):
+        with pytest.raises(InvalidInput):
             split_test_name(bad)
     assert topical_problem("test/dynamo/test_misc.py")
     assert topical_problem("test/dynamo/test_repros.py") is None
@@ -296,3 +301,42 @@ def test_double_param(self, n):
     assert data["node_id"].startswith("test/test_ops.py::TestOps::test_double_param_n_")
     [evidence] = [e for e in mini.store.evidence(case, "test") if e.ok]
     assert evidence.data.keyword == "TestOps and test_double_param"
+
+
+PARAMETRIZED = (
+    "from torch.testing._internal.common_utils import TestCase, run_tests",
+    "from torch.testing._internal.common_utils import (\n    TestCase, instantiate_parametrized_tests, "
+    "parametrize, run_tests,\n)",
+)
+
+
+def instantiate(repo: Path, rel: str = "test/test_ops.py") -> None:
+    """Make TestOps a template class: instantiate_parametrized_tests generates its tests' names."""
+    path = repo / rel
+    text = path.read_text().replace(*PARAMETRIZED)
+    path.write_text(text.replace('\n\nif __name__', '\n\ninstantiate_parametrized_tests(TestOps)\n\nif __name__'))
+
+
+async def test_a_test_is_never_confused_with_one_whose_name_extends_it(mini: Mini, case: str):
+    """test_sorted is selected by its own name, never by substring: test_sorted_key (which fails the
+    reproduction's way) neither runs nor stands in for it."""
+    add_test(mini.repo, "test/test_ops.py", """
+def test_sorted(self):
+    self.assertEqual(sorted([2, 1]), [1, 2])
+
+def test_sorted_key(self):
+    self.assertEqual(double(21), 42)
+""")
+    instantiate(mini.repo)
+    data = (await call(mini, "register_test", case_id=case, test_file="test/test_ops.py",
+                       test_name="TestOps.test_sorted")).structured_content
+    assert data["ok"] is False and data["outcome"] == "passed", data
+    assert data["node_id"] == "test/test_ops.py::TestOps::test_sorted"
+    run = mini.store.get_run(data["run_id"], case)
+    assert "--pt2bb-only=TestOps.test_sorted" in run.argv and "-k" not in run.argv
+    [report] = [a.split("=", 1)[1] for a in run.argv if a.startswith("--pt2bb-report=")]
+    assert [t.node_id for t in parse_report(Path(report)).tests] == ["test/test_ops.py::TestOps::test_sorted"]
+    # The other one registers under its own name.
+    data = (await call(mini, "register_test", case_id=case, test_file="test/test_ops.py",
+                       test_name="TestOps.test_sorted_key")).structured_content
+    assert data["ok"] is True and data["node_id"] == "test/test_ops.py::TestOps::test_sorted_key", data

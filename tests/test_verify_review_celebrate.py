@@ -1,8 +1,9 @@
-"""run_tests, review_changes and celebrate through a real MCP client, and the JUnit and diff parsing
-under them, on real pytest reports and real git diffs."""
+"""run_tests, review_changes and celebrate through a real MCP client, and the pytest report and diff
+parsing under them, on real pytest runs and real git diffs."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -14,7 +15,8 @@ from mcp import Client
 from torch_checkout import add_test, fix_mini_bug, git
 
 from pt2_bug_basher.analysis import review
-from pt2_bug_basher.execution import pytest_runs as testing
+from pt2_bug_basher.execution.pytest import nearby, results
+from pt2_bug_basher.execution.pytest.session import PLUGIN, PLUGIN_DIR
 
 pytestmark = pytest.mark.anyio
 
@@ -165,6 +167,34 @@ async def test_worktree_runs_collection_errors_and_selection(mini: Mini):
         assert "option" in error_text(await call(client, "run_tests", case_id=case_id, k="-x"))
 
 
+async def test_nearby_parametrized_tests_are_suggested_as_node_ids_that_run(mini: Mini):
+    """A parametrized neighbour is suggested by its generated node ids (never by the name written in
+    the file, which pytest cannot select), and each runs as given."""
+    async with Client(mini.server) as client:
+        case_id = await prepared(mini, client)
+        add_test(mini.repo, "test/test_ops.py", """
+@parametrize("n", [1, 2])
+def test_double_param(self, n):
+    self.assertEqual(double(n), 2 * n)
+""")
+        path = mini.repo / "test" / "test_ops.py"
+        text = path.read_text().replace(
+            "from torch.testing._internal.common_utils import TestCase, run_tests",
+            "from torch.testing._internal.common_utils import TestCase, instantiate_parametrized_tests, parametrize, "
+            "run_tests")
+        path.write_text(text.replace("\n\nif __name__", "\n\ninstantiate_parametrized_tests(TestOps)\n\nif __name__"))
+        fix_mini_bug(mini.repo)
+        data = (await call(client, "run_tests", case_id=case_id)).structured_content
+        assert data["registered"] == "test/test_ops.py::TestOps::test_double_large: passed", data
+        suggested = [n["node_id"] for n in data["nearby"]]
+        variants = [f"test/test_ops.py::TestOps::test_double_param_n_{n}" for n in (1, 2)]
+        assert [s for s in suggested if "test_double_param" in s] == variants, data["nearby"]
+        ran = (await call(client, "run_tests", case_id=case_id, tests=[variants[1]])).structured_content
+        assert variants[1] in ran["passed"] and ran["counts"]["failed"] == 0, ran
+        verified = (await call(client, "run_tests", case_id=case_id, run_nearby=True)).structured_content
+        assert verified["verified"] is True and set(variants) <= set(verified["passed"]), verified
+
+
 async def test_run_tests_needs_a_registered_test(mini: Mini):
     case_id = mini.new_case()
     mini.reproduce(case_id)
@@ -176,7 +206,7 @@ async def test_run_tests_needs_a_registered_test(mini: Mini):
         assert "no registered test" in text and "register_test(" in text
 
 
-# -- JUnit XML ------------------------------------------------------------------------------------
+# -- the report plugin and its reader -------------------------------------------------------------
 
 SAMPLE = '''\
 import unittest
@@ -222,15 +252,21 @@ def test_param(n):
 '''
 
 
-def test_junit_parsing_of_a_real_pytest_report(tmp_path: Path):
+def run_with_plugin(tmp_path: Path, *args: str) -> results.PytestReport:
+    """pytest with the report plugin, the way the server runs it; its report, read back."""
+    out = tmp_path / f"report-{len(list(tmp_path.glob('report-*')))}.jsonl"
+    env = {**os.environ, "PYTHONPATH": str(PLUGIN_DIR)}
+    subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", PLUGIN, f"--pt2bb-report={out}",
+                    "--tb=native", "-q", "--continue-on-collection-errors", f"--rootdir={tmp_path}", *args],
+                   cwd=tmp_path, env=env, capture_output=True, timeout=600)
+    return results.parse_report(out)
+
+
+def test_report_plugin_on_a_real_pytest_run(tmp_path: Path):
     (tmp_path / "test").mkdir()
     (tmp_path / "test" / "test_sample.py").write_text(SAMPLE)
     (tmp_path / "test" / "test_broken.py").write_text("import no_such_module_anywhere\n")
-    junit = tmp_path / "out.xml"
-    subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-o", "junit_family=xunit1",
-                    f"--junitxml={junit}", "--tb=native", "-q", "--continue-on-collection-errors",
-                    f"--rootdir={tmp_path}", "test"], cwd=tmp_path, capture_output=True)
-    report = testing.parse_junit(junit)
+    report = run_with_plugin(tmp_path, "test")
     outcomes = {t.node_id: t.outcome for t in report.tests}
     base = "test/test_sample.py"
     assert outcomes == {
@@ -243,20 +279,62 @@ def test_junit_parsing_of_a_real_pytest_report(tmp_path: Path):
     assert report.collection_errors[0].message == "ModuleNotFoundError: No module named 'no_such_module_anywhere'"
     fail = report.find(f"{base}::test_fail")
     assert fail.message == "KeyError: 'missing'" and fail.line == 15
-    cleaned = testing.clean_traceback(fail.text)
+    cleaned = results.clean_traceback(fail.text)
     assert "_pytest" not in cleaned and "pluggy" not in cleaned
     assert cleaned.startswith("Traceback (most recent call last):") and cleaned.rstrip().endswith("KeyError: 'missing'")
-    assert testing.relevant_frame(fail.text, base).endswith("test_sample.py:17 in test_fail")
+    assert results.relevant_frame(fail.text, base).endswith("test_sample.py:17 in test_fail")
     assert report.find(f"{base}::test_setup_error").message == 'failed on setup with "RuntimeError: fixture broke"'
     assert report.find(f"{base}::TestUnit::test_assert").message == "AssertionError: 1 != 2"
     assert report.find(f"{base}::test_skip").message == "not on this platform"
-    info, classification = testing.analyse(fail)
-    assert info.exception_type == "KeyError" and info.frame and classification.category
+    info, seen = results.analyse(fail)
+    assert info.exception_type == "KeyError" and info.frame and seen.category
+    # Every collected item, by its exact node id, with the function it runs.
+    collected = {c.node_id: c for c in report.collected}
+    assert set(collected) == set(outcomes)
+    assert collected[f"{base}::test_param[2]"].template == "test_param"
+    assert collected[f"{base}::TestUnit::test_assert"].template == "TestUnit.test_assert"
 
 
-def test_junit_parsing_of_broken_input():
-    assert testing.parse_junit("<testsuites><testsuite").parse_error
-    empty = testing.parse_junit("<testsuites><testsuite name='pytest' tests='0'/></testsuites>")
+GENERATED = '''\
+from torch.testing._internal.common_utils import TestCase, instantiate_parametrized_tests, parametrize, run_tests
+
+
+class TestOps(TestCase):
+    def test_sorted(self):
+        pass
+
+    def test_sorted_key(self):
+        pass
+
+    @parametrize("n", [1, 2])
+    def test_sorted_param(self, n):
+        self.assertEqual(n, 1)
+
+
+instantiate_parametrized_tests(TestOps)
+
+if __name__ == "__main__":
+    run_tests()
+'''
+
+
+def test_report_plugin_selects_by_exact_names(tmp_path: Path):
+    """--pt2bb-only keeps a test and its generated variants, by name, never by substring (unlike -k)."""
+    (tmp_path / "test").mkdir()
+    (tmp_path / "test" / "test_gen.py").write_text(GENERATED)
+    base = "test/test_gen.py::TestOps"
+    only = run_with_plugin(tmp_path, "--pt2bb-only=TestOps.test_sorted", "test/test_gen.py")
+    assert [t.node_id for t in only.tests] == [f"{base}::test_sorted"]
+    variants = run_with_plugin(tmp_path, "--pt2bb-only=TestOps.test_sorted_param", "test/test_gen.py")
+    assert {t.node_id: t.outcome for t in variants.tests} == {f"{base}::test_sorted_param_n_1": "passed",
+                                                              f"{base}::test_sorted_param_n_2": "failed"}
+    assert variants.find(f"{base}::test_sorted_param_n_2").message.startswith("AssertionError")
+
+
+def test_report_parsing_of_broken_input(tmp_path: Path):
+    assert results.parse_report('{"$report_type": "TestReport", "nodeid": "t.py::t"').parse_error
+    assert results.parse_report(tmp_path / "missing.jsonl").parse_error
+    empty = results.parse_report("")
     assert empty.tests == [] and empty.collection_errors == [] and empty.parse_error is None
 
 
@@ -326,9 +404,9 @@ def test_changed_functions_and_keywords(tmp_path: Path):
     source = tmp_path / "torch" / "_export" / "utils.py"
     source.parent.mkdir(parents=True)
     source.write_text("def is_exporting():\n    return False\n\n\ndef _call_sorted_impl(x):\n    y = x\n    return y\n")
-    found = testing.changed_functions(tmp_path, {"torch/_export/utils.py": [2, 6]})
+    found = nearby.changed_functions(tmp_path, {"torch/_export/utils.py": [2, 6]})
     assert [(f.name, f.line) for f in found] == [("is_exporting", 1), ("_call_sorted_impl", 5)]
-    assert testing.keywords_for([f.name for f in found]) == ["is_exporting", "exporting", "call_sorted_impl",
+    assert nearby.keywords_for([f.name for f in found]) == ["is_exporting", "exporting", "call_sorted_impl",
                                                             "sorted"]
 
 

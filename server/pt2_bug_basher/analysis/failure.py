@@ -69,7 +69,9 @@ _LOG_PREFIX = re.compile(
     r"|\d{4}-\d\d-\d\d[T ][\d:.,]+Z? +(?:\[rank\d+\]:\s?)?"  # timestamped container logs
     r")"
 )
-_FRAME_STD = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)(?:,? in (?P<func>.+?))?\s*$')
+# A Python traceback frame: `  File "x.py", line 3, in f` (faulthandler prints `line 3 in f`; `in` may be
+# missing). The one frame pattern of the package: the log parser and the pytest reader use it too.
+FRAME_LINE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)(?:,? in (?P<func>.+?))?\s*$')
 _FRAME_IPY = re.compile(r"^File (?P<file>\S+?):(?P<line>\d+), in (?P<func>[\w.<>\[\]]+)")
 _FRAME_COLAB = re.compile(r"^\[?(?P<file>/\S+?\.py)(?:\]\([^)\s]*\))? in (?P<func>[\w.<>]+)")
 _FRAME_PYTEST = re.compile(r"^(?P<file>\S+\.py):(?P<line>\d+): in (?P<func>[\w.<>]+)\s*$")
@@ -140,9 +142,7 @@ def is_user_path(path: str) -> bool:
     """True for a frame in the user's own code: not torch, not an installed package, not stdlib."""
     if _in_torch(path) or _LIB_PATH.search(path) or _STDLIB_NAMES.search(path):
         return False
-    if path.startswith("<") or path.startswith("/tmp/torchinductor"):
-        return False
-    return True
+    return not path.startswith(("<", "/tmp/torchinductor"))
 
 
 # --------------------------------------------------------------------------------------------
@@ -268,7 +268,7 @@ def _frame_from_match(m: re.Match[str]) -> Frame:
 def _match_frame(s: str) -> re.Match[str] | None:
     c = s.lstrip()[:1]
     if c == "F":
-        return _FRAME_STD.match(s) or _FRAME_IPY.match(s)
+        return FRAME_LINE.match(s) or _FRAME_IPY.match(s)
     if c in "[/":
         return _FRAME_COLAB.match(s) or _FRAME_PYTEST.match(s)
     if s and not s[0].isspace() and ".py:" in s:
@@ -301,7 +301,7 @@ def _read_user_code(lines: _Lines, block: _Block, limit: int = 200) -> tuple[int
             return None
         no, raw = item
         s = strip_prefix(raw)
-        m = _FRAME_STD.match(s)
+        m = FRAME_LINE.match(s)
         if m:
             last_frame = _frame_from_match(m)
             block.user_code_frames.append(last_frame)
@@ -551,9 +551,9 @@ def parse(text: str, exit_code: int | None = None, signal_name: str | None = Non
                 fatal_line = (idx.line_of(ls), text[ls:le if le >= 0 else len(text)])
         if fatal_line is None:
             tail_start = max(0, len(text) - 4096)
-            sm = None
-            for sm in _SHELL_SIGNAL.finditer(text, tail_start):
-                pass
+            sm: re.Match[str] | None = None
+            for last in _SHELL_SIGNAL.finditer(text, tail_start):
+                sm = last
             if sm is not None:
                 sig = sig or _FATAL_TO_SIGNAL.get(sm.group("what"))
                 fatal_line = (idx.line_of(sm.start()), sm.group(0))

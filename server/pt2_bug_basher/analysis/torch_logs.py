@@ -37,6 +37,7 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel, Field
 
+from pt2_bug_basher.analysis.failure import FRAME_LINE
 from pt2_bug_basher.domain.errors import InvalidInput
 from pt2_bug_basher.playbooks import PLAYBOOKS
 
@@ -228,7 +229,6 @@ _RECOMPILE_RE = re.compile(r"Recompiling function (?P<fn>\S+) in (?P<file>.+):(?
 _FAILURE_RE = re.compile(r"\s*- (?P<cid>[!\d][\w/!]*): (?P<text>.*?)\s*$")
 _GUARD_COMMENT_RE = re.compile(r"#\s*(?P<file>[^\s#]+):(?P<line>\d+) in \S+\s*$")
 _TENSOR_FAILURE_RE = re.compile(r"tensor '(?P<name>.+?)' \w")
-_FILE_LINE_RE = re.compile(r'\s*File "(?P<file>.+)", line (?P<line>\d+)(?:, in .*)?$')
 _GB_ID_RE = re.compile(r"/gb/(gb\d+)\.html")
 _COMPILED_FN_RE = re.compile(r"===== (__compiled_fn_\w+) =====")
 _OUTPUT_CODE_RE = re.compile(r"Output code written to: (\S+)")
@@ -291,7 +291,7 @@ class _GraphBreakBlock:
                 self.need_type = False
             return
         if self.in_user_code:  # the "from user code:" frames of a raised Unsupported
-            m = _FILE_LINE_RE.match(body)
+            m = FRAME_LINE.match(body)
             if m:
                 self.user_file, self.user_line = m.group("file"), int(m.group("line"))
                 self.user_frames += 1

@@ -340,7 +340,7 @@ async def remove(store: Store, case: CaseRecord, ref: str, force: bool = False) 
 
 def run_environment(record: WorktreeRecord) -> tuple[Path, dict[str, str], list[str]]:
     """(cwd, environment additions, notes) for running code in a worktree."""
-    from pt2_bug_basher.execution.pytest_runs import pythonpath_with
+    from pt2_bug_basher.execution.pytest.session import pythonpath_with
 
     path = Path(record.path)
     notes: list[str] = []

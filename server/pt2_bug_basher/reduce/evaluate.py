@@ -1,7 +1,7 @@
 """Candidate evaluators for the reducers: a pre-forked server or fresh processes.
 
 Both run a script as `python script args` would (through `_probes/launcher.py`), write its stdout
-and stderr to files and return a `RunResult` that `reduction.verdict_of` judges with
+and stderr to files and return a `RunResult` that `analysis.compare.run_failure` judges with
 run_with_logs' own rules. The fork server is one recorded run (`runs.execute`) whose children are
 forked from an interpreter that has imported torch already; the fresh evaluator starts one
 process per candidate with `runner.run_process`. Either way, cancelling the caller kills every

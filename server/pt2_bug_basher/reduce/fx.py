@@ -21,10 +21,11 @@ from pathlib import Path
 
 import anyio
 
+from pt2_bug_basher.analysis.compare import RERUN_OR_ACCURACY, describe, run_failure, same_failure
 from pt2_bug_basher.case.store import CaseRecord, Store
 from pt2_bug_basher.execution.runs import execute
 from pt2_bug_basher.reduce.evaluate import ForkServerEvaluator, fork_unsafe
-from pt2_bug_basher.reduce.ladder import PROBES, Reference, compare, describe, run_timeout, verdict_of
+from pt2_bug_basher.reduce.ladder import PROBES, Reference, run_timeout
 
 FX_DRIVER = PROBES / "fx_driver.py"
 _ENV_LINE = re.compile(r"^os\.environ\['([A-Za-z_][A-Za-z0-9_]*)'\] = '([^'\\]*)'$", re.M)
@@ -119,7 +120,7 @@ async def minify_fx(
     result.run_ids["dump"] = dump.run_id
     launcher = _newest_launcher(work_dir)
     if launcher is None:
-        verdict = verdict_of(dump)
+        verdict = run_failure(dump)
         if not verdict.failed:
             why = "the repro did not fail when run with the minifier's settings"
         elif after == "aot":
@@ -219,8 +220,8 @@ async def minify_fx(
     confirm = await execute(store, case, [case.python, str(target)], tool="minify", cwd=target.parent,
                             env_add=ref.env, timeout_s=run_timeout(ref), progress=progress, label="confirm run")
     result.run_ids["confirm"] = confirm.run_id
-    verdict = verdict_of(confirm)
-    result.match = compare(verdict, ref, allow_category=True)
+    verdict = run_failure(confirm)
+    result.match = same_failure(verdict, ref.failure, RERUN_OR_ACCURACY).level
     result.confirmed = result.match is not None
     result.confirm_failure = describe(verdict)
     result.ok = True

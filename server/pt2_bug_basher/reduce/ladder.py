@@ -1,23 +1,14 @@
 """Step 3: localise (the backend ablation ladder) and the shared parts of minification.
 
 The case's failure is what the reproduction step recorded (its signature, category, exception
-type and message). Every run here is judged against it with the same verdict logic as
-run_with_logs (`analysis.verdict.RunVerdict`), then compared at the strictest level that can hold:
-
-* ``signature``  — the exact failure signature (exception, message, user and torch frames);
-* ``exception``  — same exception type and the same normalised message, once backend names and
-  quoting are taken out (the torch frame differs between backends, a minified repro has other
-  frames);
-* ``category``   — only for accuracy failures, whose checker differs between a user script
-  (assert_close) and PyTorch's repro (AccuracyError): same category.
-
-The comparison used is always reported.
+type and message). Every run here is judged against it with run_with_logs' own rules and compared
+by `analysis.compare.same_failure` at the strictest level that holds (signature, exception, or for
+accuracy failures category). The comparison used is always reported.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +16,7 @@ from pathlib import Path
 import anyio
 from pydantic import BaseModel, Field
 
+from pt2_bug_basher.analysis.compare import RERUN_OR_ACCURACY, Failure, describe, run_failure, same_failure
 from pt2_bug_basher.case.store import CaseRecord, Store
 from pt2_bug_basher.domain.errors import InvalidInput
 from pt2_bug_basher.domain.evidence import LadderRowRecord, LocalizeRecord, ReproduceEvidence, lenient
@@ -58,13 +50,10 @@ class Reference:
     run_ids: list[str]
 
     @property
-    def key(self) -> str:
-        return exception_key(self.exception_type, self.message)
-
-    @property
-    def soft(self) -> bool:
-        """A failure that only shows in logs (graph breaks with exit 0)."""
-        return bool(self.signature and self.signature.startswith("graph_breaks|"))
+    def failure(self) -> Failure:
+        """The case's failure, as the comparison takes it."""
+        return Failure(signature=self.signature, category=self.category, exception_type=self.exception_type,
+                       message=self.message)
 
 
 def load_reference(store: Store, case: CaseRecord) -> Reference:
@@ -92,104 +81,6 @@ def load_reference(store: Store, case: CaseRecord) -> Reference:
         exception_type=data.exception_type, message=data.message, env=env,
         duration_s=max(durations) if durations else 30.0, run_ids=list(data.run_ids),
     )
-
-
-_BACKEND_WORDS = re.compile(
-    r"\b(?:aot_eager_decomp_partition|aot_eager|aot_inductor|inductor|eager|cudagraphs|"
-    r"relu_\w+_TESTING_ONLY)\b"
-)
-
-
-def exception_key(exception_type: str | None, message: str | None) -> str:
-    """Exception type (last component) + the first line of the normalised message, backend names out."""
-    from pt2_bug_basher.analysis.failure import normalise_message
-
-    first = ""
-    for line in (message or "").splitlines():
-        if line.strip():
-            first = line
-            break
-    norm = normalise_message(first)
-    norm = _BACKEND_WORDS.sub("<backend>", norm)
-    norm = re.sub(r"['\"`]", "", norm)[:200]
-    kind = (exception_type or "").rsplit(".", 1)[-1]
-    return f"{kind}|{norm}"
-
-
-# --------------------------------------------------------------------------------------------
-# Verdicts
-
-
-class Verdict(BaseModel):
-    failed: bool
-    signature: str | None = None
-    category: str | None = None
-    exception_type: str | None = None
-    message: str | None = None
-    exit_code: int | None = None
-    signal: str | None = None
-    timed_out: bool = False
-    graph_break_reasons: list[str] = Field(default_factory=list)
-
-    @property
-    def key(self) -> str:
-        return exception_key(self.exception_type, self.message)
-
-
-def verdict_of(result: RunResult) -> Verdict:
-    """The failure a run shows, by run_with_logs' own rules."""
-    from pt2_bug_basher.analysis.failure import normalise_message
-    from pt2_bug_basher.analysis.verdict import RunVerdict
-
-    parsed = RunVerdict(result)
-    f = parsed.classification.failure
-    outcome = result.outcome
-    return Verdict(
-        failed=parsed.failed, signature=parsed.signature, category=parsed.classification.category,
-        exception_type=f.exception_type if f else None, message=(f.message or "")[:2000] if f else None,
-        exit_code=outcome.exit_code, signal=outcome.signal_name, timed_out=outcome.timed_out,
-        graph_break_reasons=sorted({normalise_message(b.reason)[:120] for b in parsed.logs.graph_breaks}),
-    )
-
-
-def _soft_reasons(signature: str | None) -> set[str]:
-    if not signature or not signature.startswith("graph_breaks|"):
-        return set()
-    return {part.rsplit("@", 1)[0] for part in signature[len("graph_breaks|"):].split(";") if part}
-
-
-def compare(verdict: Verdict, ref: Reference, *, allow_category: bool = False) -> str | None:
-    """How the verdict matches the case's failure: 'signature', 'exception', 'category' or None."""
-    if not verdict.failed or verdict.timed_out:
-        return None
-    if ref.signature and verdict.signature == ref.signature:
-        return "signature"
-    if ref.soft:
-        wanted = _soft_reasons(ref.signature)
-        if wanted and wanted <= set(verdict.graph_break_reasons):
-            return "exception"
-        return None
-    if (ref.signature or "").startswith("SIG") or ref.exception_type is None:
-        # crashes by signal: the signal itself, same category
-        if verdict.signal and ref.signature and ref.signature.startswith(verdict.signal):
-            return "exception"
-        if ref.exception_type is None and verdict.exception_type is None and ref.message and verdict.message:
-            if exception_key(None, ref.message) == exception_key(None, verdict.message):
-                return "exception"
-        return None
-    if verdict.exception_type and verdict.key == ref.key:
-        return "exception"
-    if allow_category and ref.category == "accuracy" and verdict.category == "accuracy":
-        return "category"
-    return None
-
-
-def describe(verdict: Verdict) -> str:
-    if verdict.timed_out:
-        return "timed out"
-    if not verdict.failed:
-        return "passes"
-    return verdict.signature or verdict.category or "failed"
 
 
 def fake_result(run_id: str, outcome: ProcessOutcome, stdout: Path, stderr: Path) -> RunResult:
@@ -242,7 +133,7 @@ _MEANING = {
 }
 
 
-def _outcome(verdict: Verdict, match: str | None, compiled: bool) -> str:
+def _outcome(verdict: Failure, match: str | None, compiled: bool) -> str:
     if verdict.timed_out:
         return "timeout"
     if match:
@@ -268,9 +159,9 @@ async def localize(
             result = await execute(store, case, argv, tool="localize", cwd=cwd or script.parent, env_add=ref.env,
                                    timeout_s=timeout, progress=progress,
                                    label=f"localize backend={backend} dynamic={dynamic}")
-        verdict = verdict_of(result)
+        verdict = run_failure(result)
         compiled = LAUNCHER_MARK in result.stderr_text(4 * 1024 * 1024)
-        match = compare(verdict, ref, allow_category=True)
+        match = same_failure(verdict, ref.failure, RERUN_OR_ACCURACY).level
         row = LadderRow(backend=backend, dynamic=dynamic, outcome=_outcome(verdict, match, compiled), match=match,
                         failure=None if not verdict.failed else describe(verdict)[:300], run_id=result.run_id,
                         seconds=round(time.monotonic() - started, 1))

@@ -9,6 +9,7 @@ from pathlib import Path
 import anyio
 from pydantic import BaseModel, Field
 
+from pt2_bug_basher.analysis.compare import RERUN, describe, run_failure, same_failure
 from pt2_bug_basher.case.store import CaseRecord, Store
 from pt2_bug_basher.domain.errors import BugBasherError, InvalidInput, NotFound
 from pt2_bug_basher.domain.evidence import ReduceEvidence
@@ -16,7 +17,7 @@ from pt2_bug_basher.domain.names import Step
 from pt2_bug_basher.execution.cpus import usable_cpus
 from pt2_bug_basher.execution.runs import execute
 from pt2_bug_basher.playbooks import PLAYBOOKS
-from pt2_bug_basher.reduce.ladder import Reference, compare, describe, localized, run_timeout, verdict_of
+from pt2_bug_basher.reduce.ladder import Reference, localized, run_timeout
 
 MODES = ("auto", "fx", "source")
 AFTERS = ("aot", "dynamo")
@@ -246,8 +247,8 @@ async def _source(store, case, ref, script, budget_s, progress, work, result: Mi
     confirm = await execute(store, case, [case.python, str(confirm_script), *ref.args], tool="minify",
                             cwd=run_cwd, env_add=ref.env, timeout_s=run_timeout(ref), progress=progress,
                             label="confirm run")
-    verdict = verdict_of(confirm)
-    match = compare(verdict, ref)
+    verdict = run_failure(confirm)
+    match = same_failure(verdict, ref.failure, RERUN).level
     result.confirmed = match in ("signature", "exception")
     result.comparison = match
     result.minimized_failure = describe(verdict)

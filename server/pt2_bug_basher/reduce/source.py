@@ -1,7 +1,7 @@
 """The source-level reducer: shrink the repro script itself while it still fails the case's way.
 
 Phases, each under the same predicate (the candidate, run as a script, fails with the case's
-failure: `reduction.compare` at 'signature' or 'exception' level):
+failure: `analysis.compare.same_failure` at 'signature' or 'exception' level):
 
 1. statements — delta debugging over every statement list (module, class and function bodies,
    `if __name__ == "__main__":` ...), outermost first; the removal candidates of one granularity
@@ -31,8 +31,9 @@ import anyio
 import anyio.from_thread
 import anyio.to_thread
 
+from pt2_bug_basher.analysis.compare import RERUN, run_failure, same_failure
 from pt2_bug_basher.reduce.evaluate import Evaluator
-from pt2_bug_basher.reduce.ladder import Reference, compare, verdict_of
+from pt2_bug_basher.reduce.ladder import Reference
 
 ProgressFn = Callable[[str], Awaitable[None]]
 PROGRESS_EVERY_S = 10.0
@@ -127,7 +128,7 @@ class SourceReducer:
                                               timeout_s=self.timeout_s, extra_path=self._extra_path)
             self.stats.eval_seconds += time.monotonic() - started
             self.stats.evaluations += 1
-        match = compare(verdict_of(result), self.ref)
+        match = same_failure(run_failure(result), self.ref.failure, RERUN).level
         ok = match in ("signature", "exception")
         self.cache[key] = ok
         if ok:

@@ -1,65 +1,19 @@
-"""run_tests — step 11: the registered test and nearby tests, on the current code, parsed from JUnit XML."""
+"""run_tests — step 11: the registered test and nearby tests, on the current code, read by node id."""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-import anyio
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
-from pydantic import BaseModel, Field
+from pydantic import Field
 
-from pt2_bug_basher.case.paths import confine
 from pt2_bug_basher.case.state import AppState
-from pt2_bug_basher.domain.errors import GateClosed, InvalidInput
-from pt2_bug_basher.domain.evidence import (
-    MainCheckEvidence,
-    ReproduceEvidence,
-    TestEvidence,
-    TestOutcomeRecord,
-    VerifyEvidence,
-)
-from pt2_bug_basher.domain.names import Step, ToolName
-from pt2_bug_basher.execution.cpus import xdist_workers
-from pt2_bug_basher.execution.pytest_runs import FailureInfo, NearbyTest
-from pt2_bug_basher.execution.runs import MAX_TIMEOUT_S, check_timeout
+from pt2_bug_basher.domain.names import ToolName
+from pt2_bug_basher.execution.runs import MAX_TIMEOUT_S
 from pt2_bug_basher.mcp_server.tools._base import RUNS_CODE, progress_reporter, tool_errors
-
-MAX_TESTS = 200
-SHOWN_PASSED = 30
-SHOWN_FAILED = 10
-SHOWN_NEARBY = 15
-RUN_NEARBY_LIMIT = 30
-
-
-class CollectionError(BaseModel):
-    file: str
-    message: str
-
-
-class SkippedTest(BaseModel):
-    node_id: str
-    reason: str
-
-
-class RunTestsResult(BaseModel):
-    case_id: str
-    where: str
-    counts: dict[str, int] = Field(description="passed, failed, errored, skipped, collection_errors")
-    registered: str = Field(description="the registered test and its outcome")
-    passed: list[str] = Field(default_factory=list, description=f"passed node ids (first {SHOWN_PASSED})")
-    failed: list[FailureInfo] = Field(default_factory=list, description="failures and errors, with category and frame")
-    skipped: list[SkippedTest] = Field(default_factory=list)
-    collection_errors: list[CollectionError] = Field(default_factory=list)
-    nearby: list[NearbyTest] = Field(default_factory=list, description="existing tests near the registered one")
-    nearby_keywords: list[str] = Field(default_factory=list, description="-k keywords from the changed functions")
-    verified: bool = Field(description="the verification step completed for the current state of the code")
-    verification: str = Field(description="why verification did or did not complete")
-    workers: int = Field(0, description="pytest-xdist workers used (0: serial)")
-    run_ids: list[str] = Field(default_factory=list)
-    notes: list[str] = Field(default_factory=list)
-    next_step: str
+from pt2_bug_basher.steps import verify
+from pt2_bug_basher.steps.verify import RunTestsResult
 
 
 def register(mcp: MCPServer, state: AppState) -> None:
@@ -77,217 +31,13 @@ def register(mcp: MCPServer, state: AppState) -> None:
         timeout_s: Annotated[float | None, Field(description=f"seconds (default 600, max {MAX_TIMEOUT_S:.0f})")] = None,
         run_nearby: Annotated[bool, Field(description="also run the suggested nearby tests")] = False,
     ) -> RunTestsResult:
-        """Step 11. Run tests with the case's interpreter (pytest, JUnit XML; pytest-xdist when it is
-        installed and there are more than a few tests) and report passed / failed / errored /
-        skipped, each failure with its message, category and first relevant frame, collection
-        errors apart. Suggests nearby existing tests (same class; names sharing keywords with the
-        functions your diff changes) and runs them with run_nearby=true. On where="repo",
-        verification completes when the registered test and the chosen nearby tests pass on the
-        current state of the code; any later edit makes it stale."""
-        from pt2_bug_basher.execution import pytest_runs as testing
-        from pt2_bug_basher.execution import worktrees
-
-        flow = await state.gate(ToolName.run_tests, case_id)
-        case = flow.case
-        registered = testing.registered_test(flow)
-        stopped = flow.stopped()
-        if stopped and where == "repo":
-            raise GateClosed(f"run_tests refused: the case is stopped — {stopped} (where=\"worktree\" still runs "
-                             "tests in the worktree, to look into it)")
-        repo = Path(case.repo).resolve()
-        notes: list[str] = []
-        if where == "worktree":
-            record = worktrees.case_worktree(state.store, case)
-            root = Path(record.path)
-            cwd, env_add, wt_notes = worktrees.run_environment(record)
-            notes.extend(wt_notes)
-        elif where == "repo":
-            root, env_add = repo, {}
-            cwd, repo_notes = testing.repo_cwd(case, repo, registered.test_file)
-            notes.extend(repo_notes)
-        else:
-            raise InvalidInput(f"where must be 'repo' or 'worktree', not {where!r}.")
-        explicit = [_selector(state, case, root, t) for t in (tests or [])]
-        if len(explicit) > MAX_TESTS:
-            raise InvalidInput(f"pass at most {MAX_TESTS} tests; use k=... to select many.")
-        keyword = testing.check_selector(k, "k") if k else None
-        timeout = check_timeout(timeout_s)
-        tree_before = await anyio.to_thread.run_sync(lambda: flow.tree_hash) if where == "repo" else None
-
-        nearby, keywords = await anyio.to_thread.run_sync(_nearby, state, flow, repo, registered, notes)
-        groups: list[tuple[list[str], str | None]] = []
-        node_selectors = [] if registered.keyword else [registered.node_id]
-        node_selectors += [s for s in explicit if "::" in s or not keyword]
-        if run_nearby:
-            node_selectors += [n.node_id for n in nearby[:RUN_NEARBY_LIMIT]]
-        node_selectors = list(dict.fromkeys(node_selectors))
-        if node_selectors:
-            groups.append((node_selectors, None))
-        if keyword:
-            files = [s for s in explicit if "::" not in s] or [registered.test_file]
-            groups.append((list(dict.fromkeys(files)), keyword))
-        if registered.keyword:
-            groups.append(([registered.test_file], registered.keyword))
-
-        python_workers = 0
-        if await testing.has_xdist(state.store, case.python):
-            python_workers = xdist_workers()
-        progress = progress_reporter(ctx)
-        merged = testing.JUnitReport()
-        run_ids: list[str] = []
-        workers_used = 0
-        usage: list[str] = []
-        for selectors, kw in groups:
-            many = kw is not None or any("::" not in s for s in selectors) or len(selectors) > testing.XDIST_MIN_TESTS
-            workers = python_workers if many else 0
-            ran = await testing.run_pytest(state.store, case, selectors, cwd=cwd, rootdir=root, keyword=kw,
-                                           env_add=env_add, tool=ToolName.run_tests.value, timeout_s=timeout,
-                                           progress=progress, workers=workers,
-                                           label=f"pytest ({len(selectors)} selectors{', -k ' + kw if kw else ''})")
-            run_ids.append(ran.run_id)
-            workers_used = max(workers_used, ran.workers)
-            if ran.usage_error and not ran.report.tests:
-                usage.append(ran.usage_error)
-            seen = {t.node_id for t in merged.tests}
-            merged.tests.extend(t for t in ran.report.tests if t.node_id not in seen)
-            merged.collection_errors.extend(ran.report.collection_errors)
-        notes.extend(f"pytest: {u}" for u in usage)
-
-        result = _summarise(case_id, where, merged, registered, nearby, keywords, run_ids, workers_used, notes)
-        if where == "repo":
-            tree_after = await anyio.to_thread.run_sync(lambda: _tree_hash(case.repo))
-            _record_verification(state, case_id, result, merged, registered, nearby, tree_before, tree_after)
-        result.next_step = _next(state, case_id, result, registered, where)
-        return result
-
-
-def _selector(state: AppState, case: Any, root: Path, test: str) -> str:
-    from pt2_bug_basher.execution.pytest_runs import check_selector
-
-    check_selector(test, "test")
-    file, sep, rest = test.partition("::")
-    if root == Path(case.repo).resolve():
-        path = state.confine(case, file, "test", base=root)
-    else:
-        path = confine(file, (root,), "test", base=root)  # a worktree: only inside it
-    if not path.is_relative_to(root):
-        raise InvalidInput(f"test {test!r} resolves to {path}, outside {root}.")
-    if not path.exists():
-        raise InvalidInput(f"test file {file!r} does not exist under {root}.")
-    if rest and not all(part.replace("[", "").replace("]", "") for part in rest.split("::")):
-        raise InvalidInput(f"test {test!r} is not a valid node id (file.py::Class::test_name).")
-    return path.relative_to(root).as_posix() + sep + rest
-
-
-def _tree_hash(repo: str) -> str:
-    from pt2_bug_basher.execution.gitstate import tree_hash
-
-    return tree_hash(Path(repo))
-
-
-def _nearby(state: AppState, flow: Any, repo: Path, registered: TestEvidence,
-            notes: list[str]) -> tuple[list[NearbyTest], list[str]]:
-    from pt2_bug_basher.analysis import review
-    from pt2_bug_basher.domain.errors import BugBasherError
-    from pt2_bug_basher.execution import pytest_runs as testing
-
-    keywords: list[str] = []
-    main_check = flow.latest(Step.main_check)
-    try:
-        diff = review.diff_against(repo, review.main_ref_for(main_check.payload(MainCheckEvidence) if main_check else None))
-        functions = testing.changed_functions(repo, review.changed_source_lines(diff))
-        keywords = testing.keywords_for([f.name for f in functions])
-    except BugBasherError as exc:
-        notes.append(f"no diff against main for nearby tests: {exc}")
-    repro = flow.latest_ok(Step.reproduce)
-    category = (repro.payload(ReproduceEvidence).category if repro else None) or registered.category
-    extra = [f for f in testing.suggest_test_files(repo, category) if (repo / f).is_file()][:3]
-    nearby = testing.nearby_tests(repo, registered.test_file, registered.class_name,
-                                  registered.method or registered.test_name.split(".")[-1],
-                                  keywords, extra)
-    return nearby, keywords[:8]
-
-
-def _summarise(case_id: str, where: str, report: Any, registered: TestEvidence, nearby: list[NearbyTest],
-               keywords: list[str], run_ids: list[str], workers: int, notes: list[str]) -> RunTestsResult:
-    from pt2_bug_basher.execution import pytest_runs as testing
-
-    failed = report.by_outcome("failed") + report.by_outcome("error")
-    infos = [testing.analyse(t)[0] for t in failed[:SHOWN_FAILED]]
-    reg = _registered_outcome(report, registered)
-    counts = {"passed": len(report.by_outcome("passed")), "failed": len(report.by_outcome("failed")),
-              "errored": len(report.by_outcome("error")), "skipped": len(report.by_outcome("skipped")),
-              "collection_errors": len(report.collection_errors)}
-    return RunTestsResult(
-        case_id=case_id, where=where, counts=counts, registered=f"{registered.node_id}: {reg}",
-        passed=[t.node_id for t in report.by_outcome("passed")][:SHOWN_PASSED], failed=infos,
-        skipped=[SkippedTest(node_id=t.node_id, reason=t.message[:200]) for t in report.by_outcome("skipped")[:10]],
-        collection_errors=[CollectionError(file=c.file, message=c.message[:500]) for c in report.collection_errors],
-        nearby=nearby[:SHOWN_NEARBY], nearby_keywords=keywords, verified=False, verification="",
-        workers=workers, run_ids=run_ids, notes=notes[:10], next_step="",
-    )
-
-
-def _registered_outcome(report: Any, registered: TestEvidence) -> str:
-    exact = report.find(registered.node_id)
-    if exact is not None:
-        return exact.outcome
-    method = registered.method or registered.test_name.split(".")[-1]
-    variants = [t for t in report.tests if method in t.name and (registered.class_name or "") in t.classname]
-    if not variants:
-        return "not run"
-    outcomes = {t.outcome for t in variants}
-    return "passed" if outcomes == {"passed"} else sorted(outcomes - {"passed"})[0]
-
-
-def _record_verification(state: AppState, case_id: str, result: RunTestsResult, report: Any,
-                         registered: TestEvidence, nearby: list[NearbyTest], before: str | None,
-                         after: str) -> None:
-    reg = result.registered.rsplit(": ", 1)[-1]
-    others = [t for t in report.tests if t.node_id != registered.node_id]
-    problems = []
-    if reg != "passed":
-        problems.append(f"the registered test {registered.node_id} {reg}")
-    if result.counts["failed"] or result.counts["errored"]:
-        problems.append(f"{result.counts['failed']} failed and {result.counts['errored']} errored")
-    if result.collection_errors:
-        problems.append(f"{len(result.collection_errors)} test files could not be collected")
-    if not problems and nearby and not any(t.outcome == "passed" for t in others):
-        problems.append("no nearby test ran: run the suggested ones (run_nearby=true) or name them in tests/k")
-    if before != after:
-        result.verification = ("the code changed while the tests ran, so the result is not tied to one state of "
-                               "the code; run again")
-        return
-    ok = not problems
-    outcomes = [TestOutcomeRecord(node_id=t.node_id, outcome=t.outcome) for t in report.tests[:200]]
-    summary = (f"{result.counts['passed']} passed, {result.counts['failed']} failed, {result.counts['errored']} "
-               f"errored, {result.counts['skipped']} skipped; registered test {reg}")
-    state.store.add_evidence(case_id, Step.verify.value, ok, summary, tree_hash=after, run_id=result.run_ids[0],
-                             data=VerifyEvidence(registered=registered.node_id, registered_outcome=reg,
-                                                 counts=result.counts, tests=outcomes, run_ids=result.run_ids,
-                                                 problems=problems))
-    result.verified = ok
-    result.verification = ("verified on the current state of the code: " + summary) if ok else "; ".join(problems)
-
-
-def _next(state: AppState, case_id: str, result: RunTestsResult, registered: TestEvidence, where: str) -> str:
-    call = f'run_tests(case_id="{case_id}"'
-    if where == "worktree":
-        return ("Ran in the worktree of main (this never completes verification). Verify your fix on your tree: "
-                f"{call}, run_nearby=true)")
-    if result.verified:
-        return f'Review the change: review_changes(case_id="{case_id}")'
-    if result.collection_errors:
-        return f"Fix the collection errors ({result.collection_errors[0].file}: {result.collection_errors[0].message[:150]}), then {call}, run_nearby=true)"
-    reg = result.registered.rsplit(": ", 1)[-1]
-    if reg != "passed":
-        return (f"The registered test {registered.node_id} {reg}: the fix is not complete. Keep working on the "
-                f"root cause, then {call})")
-    if result.counts["failed"] or result.counts["errored"]:
-        first = result.failed[0] if result.failed else None
-        where_ = f" ({first.node_id}: {first.message[:150]})" if first else ""
-        return (f"Nearby tests fail{where_}: the fix breaks something (or they failed before: check on main with "
-                f"{call}, tests=[...], where=\"worktree\")). Then {call}, run_nearby=true)")
-    if "no nearby test ran" in result.verification:
-        return f"Run the nearby tests too: {call}, run_nearby=true)"
-    return result.verification or f"{call}, run_nearby=true)"
+        """Step 11. Run tests with the case's interpreter (pytest, every outcome read by its exact
+        node id; pytest-xdist when it is installed and there are more than a few tests) and report
+        passed / failed / errored / skipped, each failure with its message, category and first
+        relevant frame, collection errors apart. Suggests nearby existing tests (same class; names
+        sharing keywords with the functions your diff changes) as node ids that run as given, and
+        runs them with run_nearby=true. On where="repo", verification completes when the
+        registered test and the chosen nearby tests pass on the current state of the code; any
+        later edit makes it stale."""
+        return await verify.run_tests(state, case_id, tests, k, where, timeout_s, run_nearby,
+                                      progress=progress_reporter(ctx))

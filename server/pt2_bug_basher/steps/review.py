@@ -1,0 +1,87 @@
+"""Step 12: the diff against main, the server's own findings, and the self-review checklist."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+from pydantic import BaseModel, Field
+
+from pt2_bug_basher.analysis.review import FileStat, Finding
+from pt2_bug_basher.case.state import AppState
+from pt2_bug_basher.domain.evidence import FileStatRecord, FindingRecord, MainCheckEvidence, ReviewEvidence
+from pt2_bug_basher.domain.names import Step, ToolName
+from pt2_bug_basher.steps._registered import registered_test
+
+MAX_DIFF_CHARS = 12000
+FALLBACK_CHECKLIST = (
+    "Check the test is in the topical file and fails without the fix; the fix addresses the root cause at the "
+    "layer that owns the invariant, is minimal, leaves config defaults alone and adds no recompiles or graph "
+    "breaks; no debugging leftovers."
+)
+
+
+class ReviewResult(BaseModel):
+    ok: bool = Field(description="no blocking finding: the review step is complete for this state of the code")
+    base: str = Field(description="the merge base with main the diff is taken against")
+    files: list[FileStat]
+    lines_changed: int
+    findings: list[Finding] = Field(description="what the server found itself; blocking ones must be fixed")
+    checklist: str = Field(description="the self-review checklist: apply every item to the diff")
+    diff: str = Field(description=f"the diff (first {MAX_DIFF_CHARS} characters)")
+    diff_truncated: bool = False
+    recorded: bool = False
+    next_step: str
+
+
+async def review_changes(state: AppState, case_id: str) -> ReviewResult:
+    """Diff the tree against main, check it, and record the review (complete when nothing blocks)."""
+    from pt2_bug_basher.analysis import review
+
+    flow = await state.gate(ToolName.review_changes, case_id)
+    case = flow.case
+    test = registered_test(flow)
+    main_check = flow.latest(Step.main_check)
+    main_ref = review.main_ref_for(main_check.payload(MainCheckEvidence) if main_check else None)
+    repo = Path(case.repo).resolve()
+
+    def work():
+        tree = flow.tree_hash
+        diff = review.diff_against(repo, main_ref)
+        found = review.findings(diff, repo, test.test_file, test.method)
+        return tree, diff, found
+
+    tree, diff, found = await anyio.to_thread.run_sync(work)
+    blocking = [f for f in found if f.severity == "blocking"]
+    stats = review.diff_stat(diff)
+    ok = not blocking
+    verdict = f"{len(blocking)} blocking findings ({blocking[0].text[:120]})" if blocking else "no blocking finding"
+    summary = (f"{len(stats)} files, {diff.lines_changed} lines against {main_ref}: {verdict}, "
+               f"{len(found) - len(blocking)} warnings")
+    state.store.add_evidence(
+        case_id, Step.review.value, ok, summary[:500], tree_hash=tree,
+        data=ReviewEvidence(base=diff.base_commit, main_ref=main_ref,
+                            files=[FileStatRecord(**s.model_dump()) for s in stats],
+                            lines_changed=diff.lines_changed,
+                            findings=[FindingRecord(**f.model_dump()) for f in found]),
+    )
+    try:
+        from pt2_bug_basher.content import prompt_file
+
+        checklist = prompt_file("review_checklist.md")
+    except Exception:  # an installation without the prompt texts still reviews
+        checklist = FALLBACK_CHECKLIST
+    if ok:
+        next_step = (f"Apply the checklist to the diff; fix anything it turns up (then run_tests and review again). "
+                     f'When all holds: celebrate(case_id="{case_id}", root_cause="...", fix_summary="...")')
+    else:
+        first = blocking[0]
+        where = (f" at {first.file}:{first.line}" if first.file and first.line
+                 else (f" in {first.file}" if first.file else ""))
+        next_step = (f"Fix the blocking findings first ({first.text}{where}), then run_tests(case_id=\"{case_id}\", "
+                     f"run_nearby=true) and review_changes(case_id=\"{case_id}\") again.")
+    return ReviewResult(
+        ok=ok, base=f"{main_ref} @ {diff.base_commit[:12]}", files=stats, lines_changed=diff.lines_changed,
+        findings=found, checklist=checklist, diff=diff.text[:MAX_DIFF_CHARS],
+        diff_truncated=len(diff.text) > MAX_DIFF_CHARS, recorded=True, next_step=next_step,
+    )
