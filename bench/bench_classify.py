@@ -113,22 +113,22 @@ def pred_class(category: str) -> str:
 
 def table(name: str, samples: list[dict], preds_ours: list[str], preds_naive: list[str]) -> None:
     def metrics(preds: list[str], label: str) -> tuple[float, float, float, int]:
-        labelled = [(d, p) for d, p in zip(samples, preds) if d["label"] == label]
-        predicted = [(d, p) for d, p in zip(samples, preds) if pred_class(p) == pred_class(label)]
+        labelled = [(d, p) for d, p in zip(samples, preds, strict=False) if d["label"] == label]
+        predicted = [(d, p) for d, p in zip(samples, preds, strict=False) if pred_class(p) == pred_class(label)]
         rec = sum(is_right(d, p) for d, p in labelled) / len(labelled) if labelled else float("nan")
         prec = sum(is_right(d, p) for d, p in predicted) / len(predicted) if predicted else float("nan")
         f1 = 2 * prec * rec / (prec + rec) if predicted and labelled and (prec + rec) else 0.0
         return prec, rec, f1, len(labelled)
 
-    acc_o = sum(is_right(d, p) for d, p in zip(samples, preds_ours)) / len(samples)
-    acc_n = sum(is_right(d, p) for d, p in zip(samples, preds_naive)) / len(samples)
+    acc_o = sum(is_right(d, p) for d, p in zip(samples, preds_ours, strict=False)) / len(samples)
+    acc_n = sum(is_right(d, p) for d, p in zip(samples, preds_naive, strict=False)) / len(samples)
     print(f"\n{name}: {len(samples)} samples   accuracy ours {acc_o:.3f}   naive {acc_n:.3f}")
     print(f"  {'label':<24} {'n':>3}   {'P':>5} {'R':>5} {'F1':>5}   | naive {'P':>5} {'R':>5} {'F1':>5}")
     for label in sorted({d["label"] for d in samples}):
         p, r, f, n = metrics(preds_ours, label)
         pn, rn, fn_, _ = metrics(preds_naive, label)
         print(f"  {label:<24} {n:>3}   {p:5.2f} {r:5.2f} {f:5.2f}   |       {pn:5.2f} {rn:5.2f} {fn_:5.2f}")
-    wrong = [(d["id"], d["label"], p) for d, p in zip(samples, preds_ours) if not is_right(d, p)]
+    wrong = [(d["id"], d["label"], p) for d, p in zip(samples, preds_ours, strict=False) if not is_right(d, p)]
     for sid, label, p in wrong:
         print(f"  miss: {sid} label={label} got={p}")
 

@@ -86,7 +86,7 @@ def test_no_import_cycle_in_the_package():
 
 def test_one_step_module_per_step_and_a_light_steps_package():
     found = {p.stem for p in (PACKAGE / "steps").glob("*.py") if p.stem != "__init__"}
-    assert STEP_MODULES <= found, STEP_MODULES - found
+    assert found >= STEP_MODULES, STEP_MODULES - found
     init = ast.parse((PACKAGE / "steps" / "__init__.py").read_text())
     assert not [n for n in ast.walk(init) if isinstance(n, (ast.Import, ast.ImportFrom))]
 

@@ -132,10 +132,7 @@ def installed_torch() -> Path:
 
 
 def _has_python(path: Path) -> bool:
-    for _dirpath, _dirs, files in os.walk(path):
-        if any(f.endswith(".py") for f in files):
-            return True
-    return False
+    return any(any(f.endswith(".py") for f in files) for _dirpath, _dirs, files in os.walk(path))
 
 
 def _mirror(source: Path, target: Path) -> None:

@@ -17,6 +17,7 @@ Imports nothing from pt2_bug_basher; runs in the interpreter under investigation
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -30,10 +31,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def _kill_group(pid: int) -> None:
     for target in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             target()
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 def _child(request: dict, closing: list) -> None:
@@ -43,10 +42,8 @@ def _child(request: dict, closing: list) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
             signal.signal(sig, signal.SIG_DFL)
         for sock in closing:
-            try:
+            with contextlib.suppress(OSError):
                 sock.close()
-            except OSError:
-                pass
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
         out = os.open(request["stdout"], flags, 0o644)
         err = os.open(request["stderr"], flags, 0o644)
@@ -125,7 +122,8 @@ def serve(path: str) -> None:
             elif sock in pending:
                 chunk = sock.recv(65536)
                 if not chunk:
-                    pending.pop(sock).close()
+                    pending.pop(sock)
+                    sock.close()
                     continue
                 pending[sock] += chunk
                 if b"\n" not in pending[sock]:
@@ -161,9 +159,9 @@ def serve(path: str) -> None:
                 break
             if pid == 0:
                 break
-            job = jobs.pop(pid, None)
-            if job is None:
+            if pid not in jobs:
                 continue
+            job = jobs.pop(pid)
             _kill_group(pid)  # whatever the script left in its group
             exit_code = os.waitstatus_to_exitcode(status)
             reply = {"pid": pid, "exit_code": exit_code, "timed_out": job["timed_out"],
@@ -176,10 +174,8 @@ def serve(path: str) -> None:
                 pass
             job["conn"].close()
     listener.close()
-    try:
+    with contextlib.suppress(OSError):
         os.unlink(path)
-    except OSError:
-        pass
 
 
 def main(argv: list[str]) -> int:

@@ -110,7 +110,7 @@ def run_script(script: str, args: list[str]) -> None:
 
     main = types.ModuleType("__main__")
     main.__file__ = script
-    main.__builtins__ = __builtins__
+    main.__builtins__ = __builtins__  # type: ignore[attr-defined]
     sys.modules["__main__"] = main
     exec(code, main.__dict__)
 

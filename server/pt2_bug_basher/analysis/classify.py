@@ -377,7 +377,7 @@ def _structural(p: ParsedFailure, hits: list[_Hit]) -> dict:
     elif frames:
         cat, weight, rule, deciding = _from_frames(kinds, frames, "", strong=False)
         if cat is not None:
-            if 0 <= deciding < len(final_blk.frame_lines):
+            if final_blk is not None and 0 <= deciding < len(final_blk.frame_lines):
                 ln, raw = final_blk.frame_lines[deciding]
                 add(cat, weight, rule, ln, raw)
             else:
@@ -538,7 +538,7 @@ def _export_mode_evidence(p: ParsedFailure, mode: str, hits: list[_Hit]) -> None
     """The frame line that shows the failure happened inside torch.export."""
     wanted = _STRICT_FUNCS if mode == "strict_export" else _NON_STRICT_FUNCS
     for b in reversed(p.blocks):
-        for f, (ln, raw) in zip(reversed(b.frames), reversed(b.frame_lines)):
+        for f, (ln, raw) in zip(reversed(b.frames), reversed(b.frame_lines), strict=False):
             if f.function in wanted or f.file.replace("\\", "/").endswith(
                     ("_dynamo/functional_export.py", "_export/non_strict_utils.py")):
                 hits.append(_Hit(-1, ln, raw, f"frames:{mode}", "export", 3.0))

@@ -593,14 +593,14 @@ def parse(text: str, exit_code: int | None = None, signal_name: str | None = Non
         if not any(b.exc for b in blocks):
             # an exception line with no traceback at all (excerpts, logged errors)
             tail_start = max(0, len(text) - _HEADERLESS_WINDOW)
-            last = None
+            last_exc: re.Match[str] | None = None
             for m in _QUALIFIED_EXC.finditer(text, tail_start):
-                last = m
-            if last is not None:
-                ln = idx.line_of(last.start())
-                le = text.find("\n", last.start())
-                raw = text[last.start():le if le >= 0 else len(text)]
-                exc = _Exc(type=last.group("type"), message=last.group("msg")[:MESSAGE_LIMIT], line_no=ln,
+                last_exc = m
+            if last_exc is not None:
+                ln = idx.line_of(last_exc.start())
+                le = text.find("\n", last_exc.start())
+                raw = text[last_exc.start():le if le >= 0 else len(text)]
+                exc = _Exc(type=last_exc.group("type"), message=last_exc.group("msg")[:MESSAGE_LIMIT], line_no=ln,
                            line=raw)
                 blocks.append(_Block(exc=exc))
 
@@ -726,11 +726,10 @@ def record_from_parsed(p: ParsedFailure, exit_code: int | None = None,
             message = p.fatal_line[1].strip()[:MESSAGE_LIMIT]
         elif fe is not None:
             message = (f"{fe.type}: {fe.message}" if fe.type else fe.message)[:MESSAGE_LIMIT]
-        chained = [b.exc.type for b in reversed(p.blocks) if b.exc and b.exc.type]
         return FailureRecord(
             exception_type=None, message=message, user_frame=user, torch_frame=torch_f,
             signature=make_signature(None, None, None, torch_f or user, p.signal_name),
-            chained=chained, signal_name=p.signal_name)
+            chained=[b.exc.type for b in reversed(p.blocks) if b.exc and b.exc.type], signal_name=p.signal_name)
     if fe is None:
         frames = p.all_frames()
         if exit_code == 0:

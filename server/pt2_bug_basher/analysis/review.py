@@ -173,7 +173,8 @@ def findings(diff: Diff, repo_root: Path, test_file: str | None, test_method: st
     found: list[Finding] = []
     if not diff.files:
         found.append(Finding(severity="blocking", kind="empty", text=(
-            f"nothing changed against {diff.base_ref} (merge base {diff.base_commit[:12]}): there is no fix to review")))
+            f"nothing changed against {diff.base_ref} (merge base {diff.base_commit[:12]}): "
+            "there is no fix to review")))
         return found
     top_dirs = _usual_top_dirs(repo_root)
     for change in diff.files:
@@ -198,7 +199,8 @@ def findings(diff: Diff, repo_root: Path, test_file: str | None, test_method: st
                 "(repro scripts and scratch files do not belong in the fix)")))
         if len(parts) == 1:
             found.append(Finding(severity="warning", kind="unusual_place", file=rel,
-                                 text=f"{rel} is at the top of the repository, outside the source and test directories"))
+                                 text=f"{rel} is at the top of the repository, outside the source and test "
+                                      "directories"))
         elif parts[0] in UNUSUAL_TOP_DIRS or parts[0] not in top_dirs:
             found.append(Finding(severity="warning", kind="unusual_place", file=rel,
                                  text=f"{rel} is outside the repository's usual places ({parts[0]}/)"))
@@ -206,10 +208,11 @@ def findings(diff: Diff, repo_root: Path, test_file: str | None, test_method: st
             found.append(Finding(severity="warning", kind="config_change", file=rel,
                                  text=f"{rel} changed: config defaults must stay as they are unless that is the fix"))
     if test_file:
-        change = diff.file(test_file)
-        defined = change is not None and any(
-            re.match(rf"\s*(?:async\s+)?def\s+{re.escape(test_method or '')}\s*\(", text) for _, text in change.added)
-        if change is None or (test_method and not defined):
+        test_change = diff.file(test_file)
+        defined = test_change is not None and any(
+            re.match(rf"\s*(?:async\s+)?def\s+{re.escape(test_method or '')}\s*\(", text)
+            for _, text in test_change.added)
+        if test_change is None or (test_method and not defined):
             found.append(Finding(severity="blocking", kind="test_missing", file=test_file, text=(
                 f"the registered test {test_method} in {test_file} is not part of the change against "
                 f"{diff.base_ref}: the fix must ship with its test")))

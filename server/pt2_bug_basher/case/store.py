@@ -240,7 +240,8 @@ class Store:
     def list_cases(self) -> list[CaseRecord]:
         with self.connect() as conn:
             rows = conn.execute("SELECT * FROM cases ORDER BY created_at").fetchall()
-        return [CaseRecord(r["case_id"], r["created_at"], r["repo"], r["python"], json.loads(r["env_json"])) for r in rows]
+        return [CaseRecord(r["case_id"], r["created_at"], r["repo"], r["python"], json.loads(r["env_json"]))
+                for r in rows]
 
     # -- evidence -------------------------------------------------------------------
 
@@ -341,7 +342,8 @@ class Store:
         with self.transaction() as conn:
             conn.execute(
                 "UPDATE runs SET status = ?, exit_code = ?, signal = ?, ended_at = ?, result_json = ? WHERE run_id = ?",
-                (status, exit_code, signal_name, time.time(), json.dumps(result) if result is not None else None, run_id),
+                (status, exit_code, signal_name, time.time(), json.dumps(result) if result is not None else None,
+                 run_id),
             )
 
     def set_run_result(self, run_id: str, result: dict[str, Any]) -> None:

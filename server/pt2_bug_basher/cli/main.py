@@ -89,9 +89,9 @@ def main(argv: list[str] | None = None) -> int:
 
         return run(_config(args), args.tool, args.arguments)
     if args.command in ("localize", "minify", "artifacts", "classify"):
-        from pt2_bug_basher.cli.commands import run
+        from pt2_bug_basher.cli.commands import run as run_step
 
-        return run(args, _config(args))
+        return run_step(args, _config(args))
     if args.command == "report":
         return _report(args)
     if args.command == "cases":

@@ -48,7 +48,8 @@ def tree_hash(path: Path) -> str:
         head = "no-commits"
     digest.update(head.encode())
     try:
-        diff = repo.git.diff("HEAD" if head != "no-commits" else "--cached", "--binary", kill_after_timeout=GIT_TIMEOUT_S)
+        diff = repo.git.diff("HEAD" if head != "no-commits" else "--cached", "--binary",
+                             kill_after_timeout=GIT_TIMEOUT_S)
         digest.update(diff.encode(errors="surrogateescape"))
         untracked = repo.git.ls_files("--others", "--exclude-standard", "-z", kill_after_timeout=GIT_TIMEOUT_S)
     except git.GitCommandError as exc:

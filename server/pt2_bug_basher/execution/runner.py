@@ -8,6 +8,7 @@ A timeout or a cancelled call kills the group and every descendant that left it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -155,10 +156,8 @@ def _descendants(root_pid: int) -> list[int]:
 
 
 def _signal_group(pgid: int, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def kill_tree(pid: int) -> list[int]:
@@ -166,10 +165,8 @@ def kill_tree(pid: int) -> list[int]:
     victims = _descendants(pid)
     _signal_group(pid, signal.SIGKILL)
     for victim in victims:
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(victim, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
     return [pid, *victims]
 
 
@@ -240,10 +237,8 @@ async def _terminate(process: anyio.abc.Process) -> list[int]:
         await process.wait()
     killed = kill_tree(process.pid)
     for victim in victims:
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(victim, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
     with anyio.move_on_after(KILL_GRACE_S):
         await process.wait()
     hit = sorted(set(killed) | set(victims))

@@ -53,7 +53,8 @@ def check_ref(ref: str) -> str:
     elif ref.endswith(".") or any(part.startswith(".") or part.endswith(".lock") for part in ref.split("/")):
         why = "a component starts with '.' or ends with '.lock', or the name ends with '.'"
     if why:
-        raise InvalidInput(f"ref {ref!r} is not a valid ref name: {why}. Pass a branch, tag or commit, e.g. ref=\"main\".")
+        raise InvalidInput(f"ref {ref!r} is not a valid ref name: {why}. Pass a branch, tag or commit, "
+                           'e.g. ref="main".')
     return ref
 
 

@@ -99,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     wanted = updated_readme(current, render(anyio.run(_list_tools)))
     if args.check:
         if wanted != current:
-            print("README.md's tool reference is stale: run python -m pt2_bug_basher.mcp_server.readme", file=sys.stderr)
+            print("README.md's tool reference is stale: run python -m pt2_bug_basher.mcp_server.readme",
+                  file=sys.stderr)
             return 1
         return 0
     path.write_text(wanted)

@@ -195,11 +195,12 @@ async def _source(store, case, ref, script, budget_s, progress, work, result: Mi
     async with anyio.create_task_group() as group:
         if fork_unsafe(original):
             result.notes.append("the repro uses CUDA: candidates run in fresh processes, not forked ones")
-            evaluator = FreshEvaluator(case, ref.env)
+            evaluator: FreshEvaluator | ForkServerEvaluator = FreshEvaluator(case, ref.env)
         else:
-            evaluator = ForkServerEvaluator(store, case, ref.env, work, parallel=usable_cpus())
+            forked = ForkServerEvaluator(store, case, ref.env, work, parallel=usable_cpus())
+            evaluator = forked
             try:
-                await evaluator.start(group)
+                await forked.start(group)
             except BugBasherError as exc:
                 result.notes.append(f"fork server unavailable ({exc}); candidates run in fresh processes")
                 evaluator = FreshEvaluator(case, ref.env)

@@ -133,7 +133,7 @@ class SourceReducer:
         self.cache[key] = ok
         if ok:
             self.stats.interesting += 1
-            self.stats.matches[match] = self.stats.matches.get(match, 0) + 1  # type: ignore[index]
+            self.stats.matches[str(match)] = self.stats.matches.get(str(match), 0) + 1
             if self.best is None or len(source) < len(self.best):
                 self.best, self.best_match = source, match
         await self._maybe_report()
@@ -157,8 +157,8 @@ class SourceReducer:
             chunk = sources[start:start + window]
             results: list[bool] = [False] * len(chunk)
 
-            async def one(i: int, src: str) -> None:
-                results[i] = await self.interesting(src)
+            async def one(i: int, src: str, into: list[bool] = results) -> None:
+                into[i] = await self.interesting(src)
 
             async with anyio.create_task_group() as group:
                 for i, src in enumerate(chunk):
@@ -285,7 +285,7 @@ def _bodies(tree: ast.AST) -> list[tuple[ast.AST, list[ast.stmt]]]:
         for handler in getattr(node, "handlers", []) or []:
             found.append((handler, handler.body))
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.stmt) or isinstance(child, ast.excepthandler):
+            if isinstance(child, (ast.stmt, ast.excepthandler)):
                 visit(child)
 
     visit(tree)
@@ -312,7 +312,7 @@ def _without(source: str, k: int, start: int, end: int) -> str | None:
 
 
 def _int_constants(tree: ast.AST) -> list[int]:
-    return [n.value for n in _int_constant_nodes(tree)]
+    return [n.value for n in _int_constant_nodes(tree) if isinstance(n.value, int)]
 
 
 def _int_constant_nodes(tree: ast.AST) -> list[ast.Constant]:

@@ -471,7 +471,7 @@ def _localization(store: Store, case_id: str, runs: list[RunRecord]) -> Localiza
         for run in ladder:
             argv = [str(a) for a in run.argv] if isinstance(run.argv, list) else []
 
-            def after(flag: str, default: str) -> str:
+            def after(flag: str, default: str, argv: list[str] = argv) -> str:
                 return argv[argv.index(flag) + 1] if flag in argv[:-1] else default
 
             view = _run_view(run, run.started_at)
@@ -636,7 +636,8 @@ def _nice_ticks(lo: float, hi: float, count: int = 4) -> list[float]:
     mag = 10 ** math.floor(math.log10(raw))
     step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
     first = math.ceil(lo / step) * step
-    ticks, value = [], first
+    ticks: list[float] = []
+    value = first
     while value <= hi + 1e-9 and len(ticks) < 12:
         ticks.append(value)
         value += step
@@ -862,23 +863,24 @@ def render_markdown(report: CaseReport) -> str:
                    + (f", {md_code(m.path)}" if m.path else "") + (", budget ran out" if m.budget_exhausted else ""))
 
     out += ["", "## Tests", ""]
-    t = r.tests
-    if t.registered is None and t.on_main is None and t.verify is None:
+    tests = r.tests
+    if tests.registered is None and tests.on_main is None and tests.verify is None:
         out.append("No test registered yet.")
-    if t.registered is not None:
-        out.append(f"- Registered test {md_code(t.registered['test'], 400)}: {md_text(t.registered['state'])}"
-                   + (f" — {md_text(t.registered['failure'])}" if t.registered["failure"] else ""))
-    if t.on_main is not None:
-        m = t.on_main
-        out.append(f"- On {md_code(m['ref'])} ({md_code(m['commit']) or '?'}): {md_text(m['outcome'])} — "
-                   f"{md_text(m['meaning'])}")
-    if t.verify is not None:
-        v = t.verify
+    if tests.registered is not None:
+        out.append(f"- Registered test {md_code(tests.registered['test'], 400)}: {md_text(tests.registered['state'])}"
+                   + (f" — {md_text(tests.registered['failure'])}" if tests.registered["failure"] else ""))
+    if tests.on_main is not None:
+        on_main = tests.on_main
+        out.append(f"- On {md_code(on_main['ref'])} ({md_code(on_main['commit']) or '?'}): "
+                   f"{md_text(on_main['outcome'])} — {md_text(on_main['meaning'])}")
+    if tests.verify is not None:
+        v = tests.verify
         out.append(f"- Verification ({'passed' if v['ok'] else 'not passed'}): {md_text(v['summary'])}")
         out += [f"  - {md_code(line.node_id, 400)}: {md_text(line.outcome)}" for line in v["tests"][:30]]
         out += [f"  - problem: {md_text(p)}" for p in v["problems"]]
-    if t.review is not None:
-        out.append(f"- Review ({'clean' if t.review['ok'] else 'blocking findings'}): {md_text(t.review['summary'])}")
+    if tests.review is not None:
+        verdict = "clean" if tests.review["ok"] else "blocking findings"
+        out.append(f"- Review ({verdict}): {md_text(tests.review['summary'])}")
 
     if r.artifacts:
         out += ["", "## Debug artifacts", ""]
