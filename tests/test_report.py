@@ -23,7 +23,9 @@ from pt2_bug_basher.case.store import Store
 from pt2_bug_basher.case.workflow import STEPS
 from pt2_bug_basher.cli.main import main
 from pt2_bug_basher.mcp_server.server import create_server
-from pt2_bug_basher.report.build import build_report, md_code, md_text, render_html, render_markdown
+from pt2_bug_basher.report.build import build_report
+from pt2_bug_basher.report.html import render_html
+from pt2_bug_basher.report.markdown import md_code, md_text, render_markdown
 from pt2_bug_basher.steps.environment import start_case
 
 SCREENSHOTS = Path(__file__).parent / "screenshots"

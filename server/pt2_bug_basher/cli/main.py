@@ -188,7 +188,9 @@ def _triage(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from pt2_bug_basher.case.store import Store
     from pt2_bug_basher.domain.errors import BugBasherError
-    from pt2_bug_basher.report.build import build_report, render_html, render_markdown
+    from pt2_bug_basher.report.build import build_report
+    from pt2_bug_basher.report.html import render_html
+    from pt2_bug_basher.report.markdown import render_markdown
 
     config = _config(args)
     if not (config.state_dir / "cases.sqlite3").is_file():

@@ -94,7 +94,9 @@ def register_resources(mcp: MCPServer, state: AppState) -> None:
 
 
 async def _report(state: AppState, case_id: str, form: str) -> str:
-    from pt2_bug_basher.report.build import build_report, render_html, render_markdown
+    from pt2_bug_basher.report.build import build_report
+    from pt2_bug_basher.report.html import render_html
+    from pt2_bug_basher.report.markdown import render_markdown
 
     try:
         report = await anyio.to_thread.run_sync(build_report, state.store, case_id)
