@@ -399,7 +399,11 @@ def _structural(p: ParsedFailure, hits: list[_Hit]) -> dict:
             cat, weight, rule = "accuracy", 6.0, "exception:not_close"
         if cat is None and _CUDA_MSG.search(msg):
             cat, weight, rule = "runtime_crash", 5.0, "exception:cuda_error"
-            if "triton" in kinds or "Triton" in msg:
+            if "device-side assert" in msg and ("Triton Error" in msg or "triton" in kinds):
+                # an assert raised from a generated Triton kernel: a Triton kernel error
+                add("runtime_crash", 2.0, rule, fe.line_no, fe.line)
+                cat, rule = "triton", "exception:triton_device_assert"
+            elif "triton" in kinds or "Triton" in msg:
                 add("triton", 2.0, "frames:triton", fe.line_no, fe.line)
         if cat is None and _DATA_DEP_MSG.search(msg) and final_short in _GENERIC_TYPES:
             cat, weight, rule = "dynamic_shapes", 3.0, "exception:data_dependent"
