@@ -6,9 +6,10 @@ and debug-log lines that name no failure), then a real failure from tests/data/c
 by a naive classifier measured side by side in the same run: for every rule, its literal phrases
 as one regex `re.search`ed over the whole text; the category with the largest summed weight wins
 (no traceback parsing, no tail window, no per-line patterns). Prints ms/call and ratio = ours / naive, then per-category
-precision / recall / F1 on each corpus for both.
+precision / recall / F1 on each corpus for both: the development corpora (public, local,
+local_gpu, tuning) and the held-out one (heldout.jsonl, never tuned on) separately.
 
-    python bench/bench_classify.py [--calls 30]
+    python bench/bench_classify.py [--calls 30] [--accuracy-only]
 """
 
 from __future__ import annotations
@@ -115,22 +116,22 @@ def pred_class(category: str) -> str:
 
 def table(name: str, samples: list[dict], preds_ours: list[str], preds_naive: list[str]) -> None:
     def metrics(preds: list[str], label: str) -> tuple[float, float, float, int]:
-        labelled = [(d, p) for d, p in zip(samples, preds) if d["label"] == label]
-        predicted = [(d, p) for d, p in zip(samples, preds) if pred_class(p) == pred_class(label)]
+        labelled = [(d, p) for d, p in zip(samples, preds, strict=True) if d["label"] == label]
+        predicted = [(d, p) for d, p in zip(samples, preds, strict=True) if pred_class(p) == pred_class(label)]
         rec = sum(is_right(d, p) for d, p in labelled) / len(labelled) if labelled else float("nan")
         prec = sum(is_right(d, p) for d, p in predicted) / len(predicted) if predicted else float("nan")
         f1 = 2 * prec * rec / (prec + rec) if predicted and labelled and (prec + rec) else 0.0
         return prec, rec, f1, len(labelled)
 
-    acc_o = sum(is_right(d, p) for d, p in zip(samples, preds_ours)) / len(samples)
-    acc_n = sum(is_right(d, p) for d, p in zip(samples, preds_naive)) / len(samples)
+    acc_o = sum(is_right(d, p) for d, p in zip(samples, preds_ours, strict=True)) / len(samples)
+    acc_n = sum(is_right(d, p) for d, p in zip(samples, preds_naive, strict=True)) / len(samples)
     print(f"\n{name}: {len(samples)} samples   accuracy ours {acc_o:.3f}   naive {acc_n:.3f}")
     print(f"  {'label':<24} {'n':>3}   {'P':>5} {'R':>5} {'F1':>5}   | naive {'P':>5} {'R':>5} {'F1':>5}")
     for label in sorted({d["label"] for d in samples}):
         p, r, f, n = metrics(preds_ours, label)
         pn, rn, fn_, _ = metrics(preds_naive, label)
         print(f"  {label:<24} {n:>3}   {p:5.2f} {r:5.2f} {f:5.2f}   |       {pn:5.2f} {rn:5.2f} {fn_:5.2f}")
-    wrong = [(d["id"], d["label"], p) for d, p in zip(samples, preds_ours) if not is_right(d, p)]
+    wrong = [(d["id"], d["label"], p) for d, p in zip(samples, preds_ours, strict=True) if not is_right(d, p)]
     for sid, label, p in wrong:
         print(f"  miss: {sid} label={label} got={p}")
 
@@ -154,8 +155,8 @@ def time_big_logs(calls: int, local: list[dict]) -> None:
     for name, text, d in cases:
         exit_code = d.get("exit_code") if d else 0
         sig = d.get("signal_name") if d else None
-        ow, oc = time_calls(lambda: classify(text, exit_code, sig), calls)
-        nw, nc = time_calls(lambda: naive_classify(text), max(3, calls // 5))
+        ow, oc = time_calls(lambda text=text, exit_code=exit_code, sig=sig: classify(text, exit_code, sig), calls)
+        nw, nc = time_calls(lambda text=text: naive_classify(text), max(3, calls // 5))
         got = classify(text, exit_code, sig).category
         want = d["label"] if d else "unknown"
         ratio = statistics.median(oc) / statistics.median(nc)
