@@ -16,3 +16,5 @@ PUBLIC = load("public.jsonl")
 LOCAL = load("local.jsonl")
 LOCAL_GPU = load("local_gpu.jsonl")
 BY_ID = {d["id"]: d for d in PUBLIC + LOCAL + LOCAL_GPU}
+TUNING = load("tuning.jsonl")
+HELDOUT = load("heldout.jsonl")  # measured only (bench/bench_classify.py), never tuned on

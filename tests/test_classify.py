@@ -8,7 +8,7 @@ bench/bench_classify.py, not here.
 from __future__ import annotations
 
 import pytest
-from corpus_samples import BY_ID, LOCAL, LOCAL_GPU, PUBLIC
+from corpus_samples import BY_ID, HELDOUT, LOCAL, LOCAL_GPU, PUBLIC, TUNING
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -342,3 +342,146 @@ def test_killed_from_outside_is_weak_evidence() -> None:
     assert c.failure is not None and c.failure.exception_type == "torch._dynamo.exc.Unsupported"
     assert c.failure.signal_name == "SIGKILL"
     assert classify("step 1\nstep 2\n", signal_name="SIGKILL").category == "runtime_crash"
+
+
+# --------------------------------------------------------------------------------------------
+# dynamic_shapes / export / user_error, and the classes of miss seen on pasted text
+
+_CONSTRAINT = (
+    "Traceback (most recent call last):\n"
+    '  File "/home/user/repro.py", line 9, in <module>\n'
+    "    f(x)\n"
+    '  File "/opt/venv/lib/python3.12/site-packages/torch/_dynamo/eval_frame.py", line 841, in compile_wrapper\n'
+    "    raise e.with_traceback(None) from e.__cause__\n"
+    "torch.fx.experimental.symbolic_shapes.ConstraintViolationError: Constraints violated (L['x'].size()[0])! "
+    'For more information, run with TORCH_LOGS="+dynamic".\n'
+    "  - Not all values of RelaxedUnspecConstraint(L['x'].size()[0]) are valid because L['x'].size()[0] was "
+    "inferred to be a constant (5).\n"
+)
+_EXPORT_FRAMES = (
+    "Traceback (most recent call last):\n"
+    '  File "/home/user/repro.py", line 12, in <module>\n'
+    "    torch.export.export(M(), (x,), dynamic_shapes={'x': {0: batch}})\n"
+    '  File "/opt/venv/lib/python3.12/site-packages/torch/export/__init__.py", line 311, in export\n'
+    "    raise e\n"
+    '  File "/opt/venv/lib/python3.12/site-packages/torch/export/_trace.py", line 2185, in _export\n'
+    "    ep = _export_for_training(\n"
+    "torch.fx.experimental.symbolic_shapes.ConstraintViolationError: Constraints violated (batch)! "
+    'For more information, run with TORCH_LOGS="+dynamic".\n'
+)
+
+
+def test_constraint_violation_under_torch_compile_is_dynamic_shapes_not_export():
+    c = classify(_CONSTRAINT)
+    assert c.category == "dynamic_shapes" and c.confidence >= 0.8 and c.compile_mode == "torch.compile"
+    assert "export" not in c.secondary
+    script = "import torch\n@torch.compile\ndef f(x):\n    return x * 2 if x.size(0) == 5 else x\n"
+    assert classify(_CONSTRAINT, script_text=script).category == "dynamic_shapes"
+
+
+def test_constraint_violation_is_export_with_export_in_frames_or_script():
+    c = classify(_EXPORT_FRAMES)
+    assert c.category == "export" and "dynamic_shapes" in c.secondary
+    bare = _CONSTRAINT.replace('  File "/opt/venv/lib/python3.12/site-packages/torch/_dynamo/eval_frame.py", '
+                               "line 841, in compile_wrapper\n    raise e.with_traceback(None) from e.__cause__\n", "")
+    assert classify(bare).category == "dynamic_shapes"
+    script = "import torch\nep = torch.export.export(M(), (x,), dynamic_shapes=shapes)\n"
+    c = classify(bare, script_text=script)
+    assert c.category == "export" and c.compile_mode in ("strict_export", "non_strict_export")
+
+
+@pytest.mark.parametrize("line", [
+    "torch.fx.experimental.symbolic_shapes.GuardOnDataDependentSymNode: Could not guard on data-dependent "
+    "expression Eq(u0, 1) (unhinted: Eq(u0, 1)).  (Size-like symbols: u0)",
+    "torch.fx.experimental.symbolic_shapes.PendingUnbackedSymbolNotFound: Pending unbacked symbols {u1} not in "
+    "returned outputs",
+    "torch._dynamo.exc.InternalTorchDynamoError: PendingUnbackedSymbolNotFound: Pending unbacked symbols {zuf1} "
+    "not in returned outputs (FakeTensor(..., size=(8,)),) .",
+])
+def test_data_dependent_and_unbacked_errors_are_dynamic_shapes(line):
+    assert classify(line).category == "dynamic_shapes"
+
+
+def test_user_error_is_a_category_the_text_never_gives():
+    assert "user_error" in CATEGORIES and "dynamic_shapes" in CATEGORIES
+    for d in PUBLIC + LOCAL + LOCAL_GPU + TUNING + HELDOUT:
+        assert classify(d["text"], d.get("exit_code"), d.get("signal_name")).category != "user_error"
+
+
+def test_fail_on_recompile_stance_is_recompile():
+    text = ('  File "/opt/venv/lib/python3.12/site-packages/torch/_dynamo/eval_frame.py", line 251, in fail_callback\n'
+            "    raise RuntimeError(message)\n"
+            "RuntimeError: Detected recompile when torch.compile stance is 'fail_on_recompile'. filename: "
+            "'repro.py', function name: 'f', line number: 3\n")
+    c = classify(text)
+    assert c.category == "recompile" and c.confidence >= 0.8
+
+
+def test_printed_eager_vs_compiled_comparison_without_traceback_is_accuracy():
+    text = ("Values differ (allclose failed)\nMax absolute difference: 0.25\n"
+            "Results differ between eager and compiled\n")
+    assert classify(text, exit_code=0).category == "accuracy"
+
+
+def test_device_side_assert_from_a_generated_triton_kernel_is_triton():
+    text = ("/tmp/torchinductor_user/ab/cabc.py:30: unknown: block: [7,0,0], thread: [48,0,0] "
+            "Assertion `index out of bounds: 0 <= tmp4 < 32` failed.\n"
+            "RuntimeError: Triton Error [CUDA]: device-side assert triggered\n")
+    c = classify(text)
+    assert c.category == "triton" and "runtime_crash" in c.secondary
+    # an eager CUDA kernel's assert stays a runtime crash
+    eager = ("/pytorch/aten/src/ATen/native/cuda/IndexKernel.cu:92: operator(): block: [0,0,0], thread: [3,0,0] "
+             "Assertion `-sizes[i] <= index && index < sizes[i] && \"index out of bounds\"` failed.\n"
+             "RuntimeError: CUDA error: device-side assert triggered\n")
+    assert classify(eager).category == "runtime_crash"
+
+
+_RICH = """\
+╭───────────────────── Traceback (most recent call last) ──────────────────────╮
+│ /home/user/repro/repro.py:14 in <module>                                     │
+│                                                                              │
+│ ❱ 14 │ f(x)                                                                  │
+│                                                                              │
+│ /opt/venv/lib/python3.12/site-packages/torch/_inductor/lowering.py:455 in    │
+│ wrapped                                                                      │
+│                                                                              │
+│ ╭──────────────────────────────── locals ────────────────────────────────╮   │
+│ │ args = (TensorBox(StorageBox(...)),)                                   │   │
+│ ╰────────────────────────────────────────────────────────────────────────╯   │
+╰──────────────────────────────────────────────────────────────────────────────╯
+AssertionError: index out of range in lowering
+"""
+
+
+def test_rich_traceback_frames_are_parsed():
+    from pt2_bug_basher.analysis.failure import parse
+
+    p = parse(_RICH)
+    frames = [(f.file.rsplit("/", 1)[-1], f.line, f.function) for b in p.blocks for f in b.frames]
+    assert frames == [("repro.py", 14, "<module>"), ("lowering.py", 455, "wrapped")]
+    c = classify(_RICH)
+    assert c.category == "backend_compiler_failed"
+    assert c.failure is not None and c.failure.exception_type == "AssertionError"
+
+
+_BARE_ASSERT = ('Traceback (most recent call last):\n  File "/home/user/repro.py", line 15, in <module>\n'
+                "    {code}\nAssertionError\n")
+
+
+def test_bare_assert_after_comparing_compiled_and_eager_is_accuracy_with_low_confidence():
+    c = classify(_BARE_ASSERT.format(code="assert torch.allclose(compiled_out, eager_out)"))
+    assert c.category == "accuracy" and c.confidence < 0.6
+    real = classify("AssertionError: Tensor-likes are not close!\n\nMismatched elements: 3 / 8 (37.5%)\n")
+    assert real.category == "accuracy" and real.confidence > c.confidence
+
+
+def test_bare_assert_unrelated_to_compilation_stays_unknown():
+    c = classify(_BARE_ASSERT.format(code="assert len(sys.argv) > 1"))
+    assert c.category == "unknown" and c.confidence <= 0.5
+
+
+def test_tuning_corpus_is_classified_right():
+    def right(d: dict, category: str) -> bool:
+        return category in {d["label"], *d.get("also", [])}
+    wrong = [(d["id"], classify(d["text"]).category) for d in TUNING if not right(d, classify(d["text"]).category)]
+    assert wrong == []

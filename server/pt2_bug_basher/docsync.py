@@ -7,6 +7,7 @@ generated tables of `skill/SKILL.md`; `--check` exits 1 when any of them is stal
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -64,7 +65,7 @@ def _short_path(path: str) -> str:
 def _preset_cell(playbook: Playbook) -> str:
     extras = [f"{key}={value}" for key, value in playbook.env.items()]
     extras += [f"{key}={value}" for key, value in playbook.inductor_config.items()]
-    cell = _code(playbook.logs)
+    cell = _code(playbook.logs) if playbook.logs else "none"
     return cell + (" + " + ", ".join(_code(e) for e in extras) if extras else "")
 
 
@@ -80,7 +81,7 @@ def _minify_cell(playbook: Playbook) -> str:
 
 def diagnostic_text(playbook: Playbook) -> str:
     """The diagnostic without the case_id and script every call carries: `localize`, `run_with_logs(logs="x")`."""
-    args = ", ".join(f'{k}="{v}"' for k, v in playbook.diagnostic.arguments.items())
+    args = ", ".join(f"{k}={json.dumps(v)}" for k, v in playbook.diagnostic.arguments.items())
     return playbook.diagnostic.tool.value + (f"({args})" if args else "")
 
 

@@ -32,13 +32,14 @@ class Diagnostic(_Frozen):
     """The first diagnostic call; case_id and script are added when it is written out."""
 
     tool: ToolName
-    arguments: dict[str, str] = Field(default_factory=dict)
+    arguments: dict[str, str | int | dict[str, str]] = Field(default_factory=dict)
 
 
 class Playbook(_Frozen):
     category: str
     telltale: str = Field(description="the text that identifies the category (Markdown)")
-    logs: str = Field(description="the TORCH_LOGS spec of the category's preset (run_with_logs(logs=<category>))")
+    logs: str | None = Field(description="the TORCH_LOGS spec of the category's preset "
+                                          "(run_with_logs(logs=<category>)); None: no preset (not a compiler failure)")
     env: dict[str, str] = Field(default_factory=dict, description="what the preset sets besides TORCH_LOGS")
     inductor_config: dict[str, bool | int | str] = Field(default_factory=dict,
                                                          description="Inductor config the preset applies")
@@ -192,10 +193,36 @@ PLAYBOOKS: dict[str, Playbook] = {p.category: p for p in (
         diagnostic=_logs("runtime_crash"),
     ),
     Playbook(
+        category="dynamic_shapes",
+        telltale="`ConstraintViolationError` / \"Constraints violated\" or \"Not all values of ... are valid "
+                 "because ... was inferred to be a constant\" (a `mark_dynamic` dimension specialised), "
+                 "`GuardOnDataDependentSymNode` / \"Could not guard on data-dependent expression\", "
+                 "`PendingUnbackedSymbolNotFound` / unbacked symbols, under `torch.compile` (no torch.export in the "
+                 "frames or the script)",
+        # symbolic shapes at DEBUG: every symbol created, guard added and specialisation with its user frame;
+        # the guards each compiled entry ended up with
+        logs="+dynamic,guards",
+        minify=MinifyPlan(mode="source", note="keep the `mark_dynamic` / `dynamic=True` that makes the shape symbolic"),
+        read_first=["dynamic", "guards"],
+        source_files=["torch/fx/experimental/symbolic_shapes.py", "torch/_dynamo/variables/builder.py",
+                      "torch/_dynamo/guards.py", "torch/_subclasses/fake_impls.py", "torch/_refs/__init__.py",
+                      "torch/_inductor/sizevars.py"],
+        config_knobs=["torch._dynamo.mark_dynamic(t, dim) / torch._dynamo.maybe_mark_dynamic(t, dim)",
+                      "torch._dynamo.config.assume_static_by_default", "torch._dynamo.config.automatic_dynamic_shapes",
+                      "torch._dynamo.config.capture_scalar_outputs",
+                      "torch._dynamo.config.capture_dynamic_output_shape_ops",
+                      "torch.fx.experimental._config.backed_size_oblivious", "torch._check / torch._check_is_size",
+                      'TORCHDYNAMO_EXTENDED_DEBUG_GUARD_ADDED="<guard>"',
+                      'TORCHDYNAMO_EXTENDED_DEBUG_CREATE_SYMBOL="<symbol>"', "TORCHDYNAMO_EXTENDED_DEBUG_CPP=1"],
+        test_files=["test/dynamo/test_dynamic_shapes.py", "test/test_dynamic_shapes.py",
+                    "test/inductor/test_unbacked_symints.py", "test/dynamo/test_unspec.py"],
+        diagnostic=_logs("dynamic_shapes"),
+    ),
+    Playbook(
         category="export",
         telltale="`torch._dynamo.exc.UserError`, `ConstraintViolationError` / \"Constraints violated\", "
-                 "`GuardOnDataDependentSymNode` / \"Could not guard on data-dependent expression\", frames in "
-                 "`torch/export/`",
+                 "`GuardOnDataDependentSymNode` / \"Could not guard on data-dependent expression\", with "
+                 "`torch.export` in the frames (`torch/export/`, `torch/_export/`) or in the script",
         # export (and Dynamo, for strict export) at DEBUG; `dynamic` after it keeps symbolic shapes at INFO:
         # symbols created, guards added, specialisations, without the DEBUG flood
         logs="+export,dynamic",
@@ -208,6 +235,20 @@ PLAYBOOKS: dict[str, Playbook] = {p.category: p for p in (
         test_files=["test/export/test_export.py", "test/export/test_draft_export.py",
                     "test/functorch/test_control_flow.py", "test/export/test_serialize.py"],
         diagnostic=_logs("export"),
+    ),
+    Playbook(
+        category="user_error",
+        telltale="fails without torch.compile too: not a compiler bug (the script fails the same way with "
+                 "`TORCHDYNAMO_DISABLE=1`; never read from text alone)",
+        logs=None,  # no compiler logs: the failure is the script's
+        minify=MinifyPlan(mode="source", note="only to show the script's own bug: nothing to report upstream"),
+        read_first=[],
+        source_files=[],
+        config_knobs=["TORCHDYNAMO_DISABLE=1", 'torch.compiler.set_stance("force_eager")'],
+        test_files=[],
+        # the eager run shows the script's own error without the compiler in the way
+        diagnostic=Diagnostic(tool=ToolName.run_with_logs,
+                              arguments={"repeat": 1, "env": {"TORCHDYNAMO_DISABLE": "1"}}),
     ),
     Playbook(
         category="unknown",

@@ -41,12 +41,15 @@ from .failure import (
 )
 
 Category = Literal["graph_break", "backend_compiler_failed", "recompile", "accuracy", "dynamo_internal",
-                   "runtime_crash", "triton", "export", "unknown"]
+                   "runtime_crash", "triton", "dynamic_shapes", "export", "user_error", "unknown"]
 CompileMode = Literal["torch.compile", "strict_export", "non_strict_export"]
 Phase = Literal["trace", "backend_compile", "runtime"]
 
 CATEGORIES: tuple[str, ...] = ("graph_break", "backend_compiler_failed", "recompile", "accuracy",
-                               "dynamo_internal", "runtime_crash", "triton", "export", "unknown")
+                               "dynamo_internal", "runtime_crash", "triton", "dynamic_shapes", "export", "user_error",
+                               "unknown")
+# Never read from text: the verdict gives it when the script fails the same way with compilation off.
+NOT_FROM_TEXT = ("user_error",)
 
 TAIL = 64 * 1024  # every anchor is searched in the last TAIL bytes
 MAX_HITS_PER_ANCHOR = 4  # occurrences of one anchor examined, from the end
@@ -119,6 +122,8 @@ RULES: tuple[Rule, ...] = (
     # recompiles
     _r("fail_on_recompile_limit", "recompile", 4.0, "FailOnRecompileLimitHit"),
     _r("recompile_error", "recompile", 4.0, "RecompileError"),
+    _r("fail_on_recompile_stance", "recompile", 4.0, "stance is 'fail_on_recompile'",
+       r"Detected recompile when torch\.compile stance is 'fail_on_recompile'"),
     _r("recompile_limit_hit", "recompile", 3.0,
        ("recompile_limit reached", "cache_size_limit reached", "hit config.recompile_limit",
         "hit config.cache_size_limit", "recompile limit exceeded", "Recompile limit exceeded",
@@ -140,6 +145,14 @@ RULES: tuple[Rule, ...] = (
     _r("mismatch_words", "accuracy", 1.5, ("ismatch", "ISMATCH"),
        r"(?i)(?:output|result|value|accuracy)s? mismatch|mismatch(?:es)? (?:between|vs\.?|against) "
        r"(?:the )?(?:eager|compiled|reference)"),
+    _r("allclose_failed_print", "accuracy", 3.0, ("allclose failed", "not allclose", "allclose check failed")),
+    _r("results_differ", "accuracy", 2.5, ("differ", "DIFFER"),
+       r"(?i)(?:results?|outputs?|values?) (?:differ|are different)\b.{0,80}(?:eager|compiled?|original|reference)"
+       r"|(?:eager|compiled?|original|reference)\b.{0,60}\b(?:results?|outputs?) differ"),
+    _r("elements_not_close", "accuracy", 2.0, ("not close", "exceeding tolerance", "out-of-tolerance"),
+       r"(?i)(?:elements?|values?) (?:not close|exceeding tolerance)|out-of-tolerance elements"),
+    _r("max_diff_print", "accuracy", 1.5, ("ax diff", "ax_diff", "aximum diff", "ax absolute diff"),
+       r"(?i)max(?:imum)?[ _](?:abs(?:olute)?[ _])?diff(?:erence)?\b\s*[:=(]"),
     _r("eager_output_print", "accuracy", 1.5, ("eager", "Eager", "EAGER"),
        r"^\W{0,4}(?:eager|Eager|EAGER)[ _](?:out|output|outputs|result|res)\b\s*[:=]"),
     _r("compiled_output_print", "accuracy", 1.5, ("ompiled", "OMPILED", "ompile "),
@@ -168,6 +181,11 @@ RULES: tuple[Rule, ...] = (
     _r("ptxas_error", "triton", 4.0, ("PTXASError", "ptxas"), r"PTXASError|\bptxas\b.*(?:error|fatal)"),
     _r("triton_compilation_failed", "triton", 4.0, "Triton compilation failed"),
     _r("triton_error", "triton", 2.5, "Triton Error"),
+    # device-side asserts raised from generated Triton kernels (Triton prints "unknown" as the kernel name)
+    _r("triton_device_assert", "triton", 5.0, ("unknown: block:", "unknown: global id:"),
+       r"(?:^|[\s:\]])(?:unknown:\d+|\S*torchinductor_\S+\.py:\d+|\S*triton_helpers\.py:\d+): unknown: "
+       r"(?:block: \[|global id: \[).{0,200}Assertion `"),
+    _r("triton_device_assert_error", "triton", 4.0, "Triton Error [CUDA]: device-side assert"),
     _r("triton_frame", "triton", 1.0, ("triton/compiler", "triton/runtime", "triton.compile("),
        r"triton/(?:compiler|runtime)/\w+\.py|triton\.compile\("),
     _r("triton_kernel_source", "triton", 1.0, "tl.",
@@ -175,11 +193,19 @@ RULES: tuple[Rule, ...] = (
     _r("triton_heuristics_error_log", "triton", 2.0, "triton_heuristics.py",
        r"^E\d{4} .*triton_heuristics\.py:\d+\]"),
     # export
-    _r("user_error", "export", 3.5, "UserError", r"(?:exc\.)?UserError\b"),
-    _r("constraint_violation", "export", 3.5, ("ConstraintViolationError", "Constraints violated")),
-    _r("data_dependent_guard", "export", 3.0,
+    _r("dynamo_user_error", "export", 3.5, "UserError", r"(?:exc\.)?UserError\b"),
+    # dynamic shapes (under torch.compile or export: the compile mode decides, see classify())
+    _r("constraint_violation", "dynamic_shapes", 3.5, ("ConstraintViolationError", "Constraints violated")),
+    _r("specialized_to_constant", "dynamic_shapes", 3.0, "was inferred to be a constant",
+       r"Not all values of .{0,300} are valid because .{0,300} was inferred to be a constant"),
+    _r("data_dependent_guard", "dynamic_shapes", 3.0,
        ("GuardOnDataDependentSymNode", "Could not guard on data-dependent", "Could not extract specialized integer",
         "DataDependentOutputException", "PendingUnbackedSymbolNotFound")),
+    _r("unbacked_symbol", "dynamic_shapes", 1.5, ("unbacked", "Unbacked"),
+       r"create_unbacked_symint|[Pp]ending unbacked|unbacked sym(?:bol|int|float)s?\b"),
+    _r("shape_env_guard_failed", "dynamic_shapes", 2.0, ("range_refined_to_singleton", "Source: shape_env",
+                                                         "Create Function: SHAPE_ENV")),
+    _r("dynamic_logs_hint", "dynamic_shapes", 1.0, 'TORCH_LOGS="+dynamic"'),
     _r("export_call_failed", "export", 3.0, ("occurred when calling torch.export", "draft_export")),
     _r("during_export", "export", 2.0, ("during export", "Dynamic control flow is not supported",
                                         "Mutating module attribute")),
@@ -206,6 +232,8 @@ HEAD_ANCHORS: tuple[str, ...] = (
 # --------------------------------------------------------------------------------------------
 # Structural analysis of the parsed failure
 
+_DYNAMIC_SHAPES_TYPES = ("ConstraintViolationError", "GuardOnDataDependentSymNode", "DataDependentOutputException",
+                         "PendingUnbackedSymbolNotFound")
 _TYPE_RULES: tuple[tuple[tuple[str, ...], str, float], ...] = (
     (("InternalTorchDynamoError",), "dynamo_internal", 6.0),
     (("FailOnRecompileLimitHit", "RecompileError", "CacheLimitExceeded"), "recompile", 6.0),
@@ -215,8 +243,8 @@ _TYPE_RULES: tuple[tuple[tuple[str, ...], str, float], ...] = (
     (("LoweringException", "CppCompileError", "CUDACompileError", "InvalidCxxCompiler", "MissingOperatorWithoutDecomp",
       "MissingOperatorWithDecomp"), "backend_compiler_failed", 4.0),
     (("Unsupported", "UncapturedHigherOrderOpError"), "graph_break", 5.0),
-    (("UserError", "ConstraintViolationError", "GuardOnDataDependentSymNode", "DataDependentOutputException",
-      "PendingUnbackedSymbolNotFound", "UnsupportedAliasMutationException"), "export", 5.0),
+    (_DYNAMIC_SHAPES_TYPES, "dynamic_shapes", 5.0),
+    (("UserError", "UnsupportedAliasMutationException"), "export", 5.0),
     (("TorchRuntimeError",), "unknown", 4.0),
     (("AcceleratorError", "OutOfMemoryError"), "runtime_crash", 5.0),
 )
@@ -232,6 +260,18 @@ _CUDA_MSG = re.compile(r"CUDA error|device-side assert|illegal memory access|mis
 _EXPORT_MSG = re.compile(r"\bexport\b|Dynamic control flow is not supported")
 _TRITON_MSG = re.compile(r"\btriton\b|\btl\.\w+|\bptxas\b", re.I)
 _DATA_DEP_MSG = re.compile(r"data-dependent|GuardOnDataDependent|unbacked", re.I)
+_STANCE_MSG = re.compile(r"Detected recompile when torch\.compile stance is")
+_COMPARE_CODE = re.compile(r"allclose|assert_close|assert_equal|\bequal\(|isclose|\b(?:eager|compiled?|opt|ref|"
+                           r"expected|actual)\w*\b.{0,80}(?:==|!=|<|>|-)|(?:==|!=|<|>|-).{0,80}\b(?:eager|compiled?|"
+                           r"opt|ref|expected|actual)\w*\b|\bdiff\b|mismatch", re.I)
+
+
+def _compared_outputs(msg: str, frames: list[Frame], kinds: list[str]) -> bool:
+    """An AssertionError raised in user code by a line (or with a message) that compares results."""
+    if frames and kinds[-1] != "user":
+        return False
+    code = frames[-1].code or "" if frames else ""
+    return bool(_COMPARE_CODE.search(code) or _COMPARE_CODE.search(msg[:300]))
 
 # Dynamo's own machinery (not tracing user code): an error raised here is an internal error.
 _DYNAMO_BOOKKEEPING = ("resume_execution.py", "bytecode_analysis.py", "guards.py", "codegen.py",
@@ -248,9 +288,8 @@ def _frame_kind(f: Frame) -> str:
     func = f.function
     if "torchinductor" in path or path.startswith("<eval_with_key>") or "<eval_with_key>" in path:
         return "compile" if func == "<module>" else "generated"
-    if "/triton/" in path or path.startswith("triton/"):
-        if "/torch/" not in path:
-            return "triton"
+    if ("/triton/" in path or path.startswith("triton/")) and "/torch/" not in path:
+        return "triton"
     if path.endswith("triton_kernel_wrap.py"):
         return "triton"
     if not f.in_torch:
@@ -267,7 +306,8 @@ def _frame_kind(f: Frame) -> str:
             return "runtime"
         return "compile"
     if "/_functorch/" in path:
-        if "runtime_wrappers" in path or func in ("forward", "backward", "runtime_wrapper", "call_func_at_runtime_with_args"):
+        if "runtime_wrappers" in path or func in ("forward", "backward", "runtime_wrapper",
+                                                  "call_func_at_runtime_with_args"):
             return "runtime"
         return "compile"
     if "/_dynamo/" in path:
@@ -359,10 +399,23 @@ def _structural(p: ParsedFailure, hits: list[_Hit]) -> dict:
             cat, weight, rule = "accuracy", 6.0, "exception:not_close"
         if cat is None and _CUDA_MSG.search(msg):
             cat, weight, rule = "runtime_crash", 5.0, "exception:cuda_error"
-            if "triton" in kinds or "Triton" in msg:
+            if "device-side assert" in msg and ("Triton Error" in msg or "triton" in kinds):
+                # an assert raised from a generated Triton kernel: a Triton kernel error
+                add("runtime_crash", 2.0, rule, fe.line_no, fe.line)
+                cat, rule = "triton", "exception:triton_device_assert"
+            elif "triton" in kinds or "Triton" in msg:
                 add("triton", 2.0, "frames:triton", fe.line_no, fe.line)
         if cat is None and _DATA_DEP_MSG.search(msg) and final_short in _GENERIC_TYPES:
-            cat, weight, rule = "export", 3.0, "exception:data_dependent"
+            cat, weight, rule = "dynamic_shapes", 3.0, "exception:data_dependent"
+        if cat is None and _STANCE_MSG.search(msg):
+            cat, weight, rule = "recompile", 6.0, "exception:fail_on_recompile"
+        if cat in ("backend_compiler_failed", "dynamo_internal") and any(s in _DYNAMIC_SHAPES_TYPES for s in short[1:]):
+            # a dynamic-shapes error wrapped by the backend or by Dynamo
+            add(cat, 2.0, rule, fe.line_no, fe.line)
+            cat, weight, rule = "dynamic_shapes", 5.5, "exception:wrapped_dynamic_shapes"
+        if cat is None and final_short == "AssertionError" and _compared_outputs(msg, frames, kinds):
+            # a bare assert in user code right after comparing outputs: weak alone (the compile-off run decides)
+            cat, weight, rule = "accuracy", 1.5, "exception:user_assert_compare"
         deciding = -1
         if cat is None:
             # a generic exception (or one we do not know): the frames say where it was raised
@@ -397,7 +450,7 @@ def _from_frames(kinds: list[str], frames: list[Frame], msg: str, *,
         kind = kinds[i]
         if kind in ("user", "lib", "torch", "shapes"):
             if kind == "shapes" and not strong:
-                return "export", 1.5, "frames:symbolic_shapes", i
+                return "dynamic_shapes", 1.5, "frames:symbolic_shapes", i
             continue
         if kind in ("generated", "runtime"):
             return "runtime_crash", w, "frames:compiled_code", i
@@ -534,6 +587,33 @@ def _compile_mode(text: str, p: ParsedFailure) -> str | None:
     return None
 
 
+_EXPORT_FUNCS = frozenset({"export", "_export", "draft_export", "_export_for_training", "export_for_training",
+                           "_strict_export", "_non_strict_export", "_export_to_torch_ir", "_export_to_aten_ir"})
+# torch.export called in a script (or in pasted code): torch.export.export(...), export(...) imported from
+# torch.export, torch._dynamo.export, draft_export
+_EXPORT_IN_SCRIPT = re.compile(r"\btorch\.export\.(?:export|draft_export|_trace)\b|\btorch\._dynamo\.export\("
+                               r"|\bfrom torch\.export import\b[^\n]*\b(?:export|draft_export)\b|\btorch\._export\b")
+_COMPILE_IN_SCRIPT = re.compile(r"\btorch\.compile\b|@compile\b|\bcompile\(|\btorch\._dynamo\.optimize\(")
+
+
+def _export_in_frames(p: ParsedFailure) -> Frame | None:
+    """The innermost frame that shows the failure happened inside torch.export."""
+    for b in reversed(p.blocks):
+        for f in reversed(b.frames):
+            path = f.file.replace("\\", "/")
+            if f.in_torch and ("/export/" in path or "/_export/" in path or path.endswith("functional_export.py")
+                               or ("/_dynamo/eval_frame.py" in path and f.function in _EXPORT_FUNCS)):
+                return f
+    return None
+
+
+def _uses_export(p: ParsedFailure, mode: str | None, script_text: str | None) -> bool:
+    """Export needs evidence: export frames in the traceback, or torch.export called by the script."""
+    if mode in ("strict_export", "non_strict_export") or _export_in_frames(p) is not None:
+        return True
+    return bool(script_text and _EXPORT_IN_SCRIPT.search(script_text))
+
+
 def _export_mode_evidence(p: ParsedFailure, mode: str, hits: list[_Hit]) -> None:
     """The frame line that shows the failure happened inside torch.export."""
     wanted = _STRICT_FUNCS if mode == "strict_export" else _NON_STRICT_FUNCS
@@ -551,16 +631,20 @@ def _export_mode_evidence(p: ParsedFailure, mode: str, hits: list[_Hit]) -> None
 
 _DEFAULT_PHASE = {
     "graph_break": "trace", "recompile": "trace", "dynamo_internal": "trace", "export": "trace",
+    "dynamic_shapes": "trace",
     "backend_compiler_failed": "backend_compile", "triton": "backend_compile",
     "runtime_crash": "runtime", "accuracy": "runtime",
 }
 
 
-def classify(text: str, exit_code: int | None = None, signal_name: str | None = None) -> Classification:
+def classify(text: str, exit_code: int | None = None, signal_name: str | None = None,
+             script_text: str | None = None) -> Classification:
     """Classify error output (stdout and stderr of a failed run, or an excerpt of it).
 
     `exit_code` and `signal_name` are how the process ended, when known (-11 as subprocess
-    reports a signal, or 139 as a shell does, name SIGSEGV). Never raises on any text.
+    reports a signal, or 139 as a shell does, name SIGSEGV). `script_text`, the repro's source
+    when known, tells torch.compile from torch.export (the traceback frames tell it otherwise).
+    Never raises on any text.
     """
     if isinstance(text, (bytes, bytearray)):
         text = bytes(text).decode("utf-8", errors="replace")
@@ -574,6 +658,12 @@ def classify(text: str, exit_code: int | None = None, signal_name: str | None = 
     mode = _compile_mode(text, parsed)
     if mode in ("strict_export", "non_strict_export"):
         _export_mode_evidence(parsed, mode, hits)
+    uses_export = _uses_export(parsed, mode, script_text)
+    if script_text and mode is None:
+        if _EXPORT_IN_SCRIPT.search(script_text):
+            mode = "strict_export" if re.search(r"strict\s*=\s*True", script_text) else "non_strict_export"
+        elif _COMPILE_IN_SCRIPT.search(script_text):
+            mode = "torch.compile"
     record = record_from_parsed(parsed, exit_code, last_line(text))
 
     # scores: a rule counts fully once, then with diminishing returns
@@ -594,15 +684,20 @@ def classify(text: str, exit_code: int | None = None, signal_name: str | None = 
         # the final exception decides unless line evidence is much stronger
         if final_cat and final_cat != category and scores[final_cat] * 1.5 >= scores[category]:
             category = final_cat
-        if facts["wrapped_triton"] or category == "backend_compiler_failed" and scores["triton"] >= 4.0 and final_cat in (None, "triton"):
+        if facts["wrapped_triton"] or (category == "backend_compiler_failed" and scores["triton"] >= 4.0
+                                       and final_cat in (None, "triton")):
             category = "triton"
             forced_secondary.append("backend_compiler_failed")
-        if mode in ("strict_export", "non_strict_export") and category not in ("export", "accuracy", "runtime_crash"):
-            if parsed.final_exc is not None or scores["export"] > 0:
-                # the failure happened inside torch.export: the underlying evidence supports it
-                forced_secondary.append(category)
-                scores["export"] += scores[category]
-                category = "export"
+        if category == "export" and not uses_export and scores["dynamic_shapes"] > 0:
+            # dynamic-shape errors raised as UserError outside torch.export
+            forced_secondary.append("export")
+            category = "dynamic_shapes"
+        if uses_export and category not in ("export", "accuracy", "runtime_crash") and (
+                parsed.final_exc is not None or scores["export"] > 0 or category == "dynamic_shapes"):
+            # the failure happened inside torch.export: the underlying evidence supports it
+            forced_secondary.append(category)
+            scores["export"] += scores[category]
+            category = "export"
     top = scores[category] if ranked else 0.0
     secondary = [c for c in forced_secondary if c != category]
     for c in ranked:

@@ -517,9 +517,59 @@ def _signal_from(exit_code: int | None, signal_name: str | None) -> str | None:
     return None
 
 
+# Tracebacks rendered by `rich` (box-drawing frames): rewritten line for line into Python's own
+# format before parsing, so line numbers stay those of the original text.
+_RICH_BORDER = re.compile(r"^(?P<pre>.*?)[│|] ?(?P<body>.*?) *[│|]? *$")
+_RICH_FRAME = re.compile(r"^(?P<file>(?:[A-Za-z]:)?[^\s:]+\.py):(?P<line>\d+) in(?: (?P<func>[\w.<>]+))?$")
+_RICH_CODE = re.compile(r"^(?:❱|>)? *\d+ [│|] ?(?P<code>.*)$")
+
+
+def _plain_rich(text: str) -> str:
+    """`text` with rich's traceback boxes turned into plain traceback lines (same line count)."""
+    if "╭" not in text or "│" not in text or _TB_HEADER not in text:
+        return text
+    out: list[str] = []
+    inside = False
+    split_frame = -1  # index in out of a frame line whose function name rich wrapped onto the next line
+    for line in text.split("\n"):
+        if "╭" in line and _TB_HEADER in line:
+            inside = True
+            out.append(line[:line.index("╭")] + _TB_HEADER + ":")
+            continue
+        if not inside:
+            out.append(line)
+            continue
+        m = _RICH_BORDER.match(line)
+        if line.lstrip().startswith("╰") or m is None:
+            inside = "│" in line  # the outer box ends where a line no longer starts with a border
+            out.append("" if "╰" in line or inside else line)
+            continue
+        pre, body = m.group("pre"), m.group("body").strip()
+        if split_frame >= 0:
+            if re.fullmatch(r"[\w.<>]+", body):
+                out[split_frame] += f", in {body}"
+                out.append("")
+                split_frame = -1
+                continue
+            split_frame = -1
+        frame = _RICH_FRAME.match(body)
+        code = _RICH_CODE.match(body) if frame is None and body.startswith("❱") else None
+        if frame:
+            func = f", in {frame['func']}" if frame["func"] else ""
+            out.append(f'{pre}  File "{frame["file"]}", line {frame["line"]}{func}')
+            if not frame["func"]:
+                split_frame = len(out) - 1
+        elif code:
+            out.append(f"{pre}    {code['code'].strip()}")
+        else:
+            out.append("")
+    return "\n".join(out)
+
+
 def parse(text: str, exit_code: int | None = None, signal_name: str | None = None,
           index: LineIndex | None = None) -> ParsedFailure:
     """Parse error output into blocks of frames and exceptions (internal, richer than the record)."""
+    text = _plain_rich(text)
     idx = index if index is not None and index.text is text else LineIndex(text)
     blocks: list[_Block] = []
     headers = _find_chain_headers(text)

@@ -47,7 +47,7 @@ from pt2_bug_basher.playbooks import PLAYBOOKS
 
 # One preset per failure category, from the category table (playbooks.py), plus "graphs".
 PRESETS: dict[str, str] = {
-    **{category: playbook.logs for category, playbook in PLAYBOOKS.items()},
+    **{category: playbook.logs for category, playbook in PLAYBOOKS.items() if playbook.logs},
     "graphs": "graph_code",  # every FX graph Dynamo captured
 }
 
