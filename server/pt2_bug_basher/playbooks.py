@@ -295,3 +295,17 @@ def diagnostic_call(category: str, case_id: str | None, script: str | None) -> s
     found = PLAYBOOKS.get(category) or PLAYBOOKS["unknown"]
     return format_call(found.diagnostic.tool, case_id=case_id or "<case_id>", script=script or "<repro.py>",
                        **found.diagnostic.arguments)
+
+
+def logs_argument_description() -> str:
+    """run_with_logs' `logs` argument, described from the table: every preset and what it sets besides TORCH_LOGS."""
+    names = [name for name, playbook in PLAYBOOKS.items() if playbook.logs]
+    extras = []
+    for name in names:
+        playbook = PLAYBOOKS[name]
+        sets = [f"{key}={value}" for key, value in playbook.env.items()]
+        sets += [f"Inductor's {key}" for key in playbook.inductor_config]
+        if sets:
+            extras.append(f"{name} also sets {', '.join(sets)}")
+    return ("a TORCH_LOGS spec (e.g. '+dynamo,graph_breaks') or a preset named after a category: "
+            + ", ".join(names) + ". " + "; ".join(extras))

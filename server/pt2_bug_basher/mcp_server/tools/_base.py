@@ -13,7 +13,8 @@ from mcp_types import ToolAnnotations
 from pydantic import Field
 
 from pt2_bug_basher.domain.errors import BugBasherError
-from pt2_bug_basher.execution.runs import ProgressFn
+from pt2_bug_basher.execution.runs import MAX_TIMEOUT_S, ProgressFn
+from pt2_bug_basher.playbooks import logs_argument_description
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -39,6 +40,8 @@ RUNS_CODE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempo
 # Arguments several tools take, described the same way everywhere.
 CaseId = Annotated[str, Field(max_length=200)]
 ScriptArgs = Annotated[list[str] | None, Field(description="arguments for the script")]
+LogsArg = Annotated[str | None, Field(description=logs_argument_description(), max_length=2000)]
+PerRunTimeout = Annotated[float | None, Field(description=f"per run, seconds (default 600, max {MAX_TIMEOUT_S:.0f})")]
 EnvArg = Annotated[dict[str, str] | None, Field(description="extra environment variables")]
 DefaultRepro = Annotated[str | None, Field(description="the repro (default: the one the reproduction step ran)",
                                            max_length=4096)]

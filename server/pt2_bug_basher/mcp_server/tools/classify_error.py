@@ -26,7 +26,8 @@ def register(mcp: MCPServer, state: AppState) -> None:
                                              max_length=200)] = None,
     ) -> ClassifyResult:
         """Step 7. Classify error text (or a run's stderr) into graph_break, backend_compiler_failed,
-        recompile, accuracy, dynamo_internal, runtime_crash, triton, export or unknown, with the
+        recompile, accuracy, dynamo_internal, runtime_crash, triton, export, dynamic_shapes or unknown
+        (user_error comes from runs, never from text alone), with the
         evidence lines, the compile mode and phase when visible, and from the method: the next
         diagnostic as an exact tool call, the config knobs, the key source files and the test files.
         Pure text analysis: nothing runs. With case_id, completes the classification step."""

@@ -11,34 +11,27 @@ from pydantic import Field
 from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.domain.names import ToolName
 from pt2_bug_basher.execution.repro import MAX_REPEAT, RunWithLogsResult
-from pt2_bug_basher.execution.runs import MAX_TIMEOUT_S
-from pt2_bug_basher.mcp_server.tools._base import RUNS_CODE, CaseId, EnvArg, ScriptArgs, progress_reporter, tool_errors
+from pt2_bug_basher.mcp_server.tools import _base as base
 from pt2_bug_basher.steps import reproduce
 
 
 def register(mcp: MCPServer, state: AppState) -> None:
     @mcp.tool(name=ToolName.run_with_logs.value, title="Steps 2 and 6: reproduce and collect logs",
-              annotations=RUNS_CODE)
-    @tool_errors
+              annotations=base.RUNS_CODE)
+    @base.tool_errors
     async def run_with_logs(
         ctx: Context,
-        case_id: CaseId,
+        case_id: base.CaseId,
         script: Annotated[str, Field(description="the repro script (under the case's repository)", max_length=4096)],
-        args: ScriptArgs = None,
-        logs: Annotated[str | None, Field(
-            description="a TORCH_LOGS spec (e.g. '+dynamo,graph_breaks') or a preset named after a category: "
-                        "graph_break, recompile, dynamo_internal, backend_compiler_failed, triton, accuracy, "
-                        "runtime_crash, export. runtime_crash also sets CUDA_LAUNCH_BLOCKING=1, "
-                        "PYTORCH_NO_CUDA_MEMORY_CACHING=1, TORCHINDUCTOR_NAN_ASSERTS=1 and Inductor's "
-                        "triton.debug_sync_kernel", max_length=2000)] = None,
+        args: base.ScriptArgs = None,
+        logs: base.LogsArg = None,
         repeat: Annotated[int, Field(description=f"runs of the same command (1-{MAX_REPEAT}), in parallel where "
                                                  "cores allow; 2 or more completes the reproduction step")] = 2,
         trace: Annotated[bool, Field(description="also set TORCH_TRACE and run tlparse on the first run")] = False,
-        env: EnvArg = None,
+        env: base.EnvArg = None,
         cwd: Annotated[str | None, Field(description="working directory (default: the script's)",
                                          max_length=4096)] = None,
-        timeout_s: Annotated[float | None, Field(
-            description=f"per run, seconds (default 600, max {MAX_TIMEOUT_S:.0f})")] = None,
+        timeout_s: base.PerRunTimeout = None,
     ) -> RunWithLogsResult:
         """Steps 2 and 6. Run the repro with the case's interpreter (repeat times, in parallel within
         the cores) and return a compact failure record: exception, innermost user and torch frames,
@@ -47,4 +40,4 @@ def register(mcp: MCPServer, state: AppState) -> None:
         same signature every time, the reproduction step completes; with `logs` after the main
         check, the logs step completes."""
         return await reproduce.run_with_logs(state, case_id, script, args, logs, repeat, trace, env, cwd, timeout_s,
-                                             progress=progress_reporter(ctx))
+                                             progress=base.progress_reporter(ctx))
