@@ -177,15 +177,27 @@ class Workflow:
         ref = record.payload(MainCheckEvidence).ref
         return STOPPED_MAIN.format(ref=ref, case_id=self.case.case_id)
 
-    def repro_script(self) -> str | None:
+    def _fill(self, call: str) -> str:
+        """The call's template slots filled from what the case holds: the repro, its preset, the run to classify."""
         good = self.latest_ok(Step.reproduce)
-        return good.payload(ReproduceEvidence).script if good is not None else None
+        if good is None:
+            return call
+        repro = good.payload(ReproduceEvidence)
+        if repro.script:
+            call = call.replace("<repro.py>", repro.script)
+        from pt2_bug_basher.playbooks import PLAYBOOKS
+
+        playbook = PLAYBOOKS.get(repro.category or "")
+        preset = repro.category if playbook is not None and playbook.logs else "unknown"
+        call = call.replace('logs="<preset>"', f'logs="{preset}"')
+        logs = self.latest_ok(Step.logs)
+        run_id = (logs.run_id if logs is not None else None) or good.run_id
+        if run_id:
+            call = call.replace('run_id="<run_id>"', f'run_id="{run_id}"')
+        return call
 
     def step_status(self, spec: StepSpec) -> StepStatus:
-        call = spec.opens_with.format(case_id=self.case.case_id)
-        script = self.repro_script()
-        if script:
-            call = call.replace("<repro.py>", script)
+        call = self._fill(spec.opens_with.format(case_id=self.case.case_id))
         status = StepStatus(number=spec.number, step=spec.step, title=spec.title, status="pending", tool_call=call)
         if not spec.observed:
             status.status = "agent"

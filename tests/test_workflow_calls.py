@@ -1,0 +1,32 @@
+"""The calls the workflow names are filled from the case: the repro, its category's preset, the run to classify."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from pt2_bug_basher.case.store import Store
+from pt2_bug_basher.case.workflow import SPEC, Workflow
+from pt2_bug_basher.domain.evidence import LogsEvidence, ReproduceEvidence
+from pt2_bug_basher.domain.names import Step
+
+
+def test_template_slots_are_filled_from_the_case(tmp_path: Path):
+    store = Store(tmp_path / "state")
+    case = store.create_case(str(tmp_path), sys.executable, {})
+
+    def call(step: Step) -> str:
+        return Workflow(store, case.case_id, lambda: "tree").step_status(SPEC[step]).tool_call
+
+    assert 'script="<repro.py>"' in call(Step.logs) and 'logs="<preset>"' in call(Step.logs)
+    assert 'run_id="<run_id>"' in call(Step.classify)
+    store.add_evidence(case.case_id, Step.reproduce, True, "failed 2/2", run_id="run-repro",
+                       data=ReproduceEvidence(script="/r/repro.py", category="accuracy", run_ids=["run-repro"]))
+    assert call(Step.logs) == f'run_with_logs(case_id="{case.case_id}", script="/r/repro.py", logs="accuracy")'
+    assert call(Step.classify) == f'classify_error(case_id="{case.case_id}", run_id="run-repro")'
+    store.add_evidence(case.case_id, Step.logs, True, "logs", run_id="run-logs", data=LogsEvidence(logs="x"))
+    assert call(Step.classify).endswith('run_id="run-logs")')
+    # A category without a preset (not a compiler failure) names the general one, which run_with_logs takes.
+    store.add_evidence(case.case_id, Step.reproduce, True, "failed 2/2", run_id="run-2",
+                       data=ReproduceEvidence(script="/r/repro.py", category="user_error"))
+    assert call(Step.logs).endswith('logs="unknown")')
