@@ -69,7 +69,7 @@ async def test_each_category_reproduces_with_a_stable_signature(module_config, c
     assert data["runs"][0]["signature"] == data["runs"][1]["signature"]
     assert data["failure"]["signature"] == data["runs"][0]["signature"]
     assert "reproduce" in data["recorded"]
-    assert "minify(" in data["next_step"] and case_id in data["next_step"]
+    assert "localize(" in data["next_step"] and case_id in data["next_step"]  # step 3 starts with the ladder
     if extra == "SIGSEGV":
         assert data["runs"][0]["signal"] == "SIGSEGV" and data["runs"][0]["exit"] == "killed by SIGSEGV"
     if extra == "logs":

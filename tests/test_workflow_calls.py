@@ -30,3 +30,19 @@ def test_template_slots_are_filled_from_the_case(tmp_path: Path):
     store.add_evidence(case.case_id, Step.reproduce, True, "failed 2/2", run_id="run-2",
                        data=ReproduceEvidence(script="/r/repro.py", category="user_error"))
     assert call(Step.logs).endswith('logs="unknown")')
+
+
+def test_step_three_starts_with_localize_then_minify(tmp_path: Path):
+    from pt2_bug_basher.domain.evidence import LocalizeRecord
+
+    store = Store(tmp_path / "state")
+    case = store.create_case(str(tmp_path), sys.executable, {})
+    store.add_evidence(case.case_id, Step.reproduce, True, "failed 2/2", run_id="run-1",
+                       data=ReproduceEvidence(script="/r/repro.py", category="accuracy"))
+
+    def reduce_call() -> str:
+        return Workflow(store, case.case_id, lambda: "tree").step_status(SPEC[Step.reduce]).tool_call
+
+    assert reduce_call() == f'localize(case_id="{case.case_id}", script="/r/repro.py")'
+    store.set_localization(case.case_id, LocalizeRecord(first_failing="inductor", layer="Inductor"))
+    assert reduce_call().startswith(f'minify(case_id="{case.case_id}", script="/r/repro.py"')

@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from pt2_bug_basher.domain.errors import BugBasherError, NotFound
-from pt2_bug_basher.domain.evidence import EvidencePayload, P, lenient, load_payload, model_for
+from pt2_bug_basher.domain.evidence import EvidencePayload, LocalizeRecord, P, lenient, load_payload, model_for
 
 SCHEMA_VERSION = 1
+LOCALIZE_KV = "localize:{case_id}"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -378,6 +379,17 @@ class Store:
     def set_kv(self, key: str, value: str) -> None:
         with self.transaction() as conn:
             conn.execute("INSERT OR REPLACE INTO kv(key, value) VALUES (?, ?)", (key, value))
+
+    def set_localization(self, case_id: str, record: LocalizeRecord) -> None:
+        """What localize found (it completes no step of its own): kept beside the case's evidence."""
+        self.set_kv(LOCALIZE_KV.format(case_id=case_id), record.model_dump_json())
+
+    def localization(self, case_id: str) -> LocalizeRecord | None:
+        """What localize recorded for the case, if it ran."""
+        raw = self.get_kv(LOCALIZE_KV.format(case_id=case_id))
+        if not raw:
+            return None
+        return lenient(LocalizeRecord, _json_object(raw))
 
     def case_dir(self, case_id: str) -> Path:
         path = self.state_dir / "cases" / case_id

@@ -198,6 +198,9 @@ class Workflow:
 
     def step_status(self, spec: StepSpec) -> StepStatus:
         call = self._fill(spec.opens_with.format(case_id=self.case.case_id))
+        if spec.step == Step.reduce and self.store.localization(self.case.case_id) is None:
+            # Step 3 starts with the backend ladder: it says which layer fails, and which minifier fits.
+            call = self._fill(f'localize(case_id="{self.case.case_id}", script="<repro.py>")')
         status = StepStatus(number=spec.number, step=spec.step, title=spec.title, status="pending", tool_call=call)
         if not spec.observed:
             status.status = "agent"

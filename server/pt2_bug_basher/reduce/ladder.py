@@ -8,7 +8,6 @@ accuracy failures category). The comparison used is always reported.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +18,7 @@ from pydantic import BaseModel, Field
 from pt2_bug_basher.analysis.compare import RERUN_OR_ACCURACY, Failure, describe, run_failure, same_failure
 from pt2_bug_basher.case.store import CaseRecord, Store
 from pt2_bug_basher.domain.errors import InvalidInput
-from pt2_bug_basher.domain.evidence import LadderRowRecord, LocalizeRecord, ReproduceEvidence, lenient
+from pt2_bug_basher.domain.evidence import LadderRowRecord, LocalizeRecord, ReproduceEvidence
 from pt2_bug_basher.domain.names import Step
 from pt2_bug_basher.execution.cpus import usable_cpus
 from pt2_bug_basher.execution.runner import ProcessOutcome
@@ -29,7 +28,6 @@ PROBES = Path(__file__).resolve().parents[1] / "_probes"
 LAUNCHER = PROBES / "launcher.py"
 LAUNCHER_MARK = "PT2BB-LAUNCHER:"
 BACKENDS = ("eager", "aot_eager", "aot_eager_decomp_partition", "inductor")
-LOCALIZE_KV = "localize:{case_id}"
 
 # --------------------------------------------------------------------------------------------
 # The case's reference failure
@@ -228,16 +226,5 @@ async def localize(
     )
     record = LocalizeRecord(first_failing=first, layer=layer, signature=ref.signature,
                             table=[LadderRowRecord(**row.model_dump()) for row in table])
-    store.set_kv(LOCALIZE_KV.format(case_id=cid), record.model_dump_json())
+    store.set_localization(cid, record)
     return result
-
-
-def localized(store: Store, case_id: str) -> LocalizeRecord | None:
-    """What localize recorded for the case, if it ran."""
-    raw = store.get_kv(LOCALIZE_KV.format(case_id=case_id))
-    if not raw:
-        return None
-    try:
-        return lenient(LocalizeRecord, json.loads(raw))
-    except ValueError:
-        return None

@@ -17,7 +17,7 @@ from pt2_bug_basher.domain.names import Step
 from pt2_bug_basher.execution.cpus import usable_cpus
 from pt2_bug_basher.execution.runs import execute
 from pt2_bug_basher.playbooks import PLAYBOOKS
-from pt2_bug_basher.reduce.ladder import Reference, localized, run_timeout
+from pt2_bug_basher.reduce.ladder import Reference, run_timeout
 
 MODES = ("auto", "fx", "source")
 AFTERS = ("aot", "dynamo")
@@ -89,7 +89,7 @@ def check_budget(budget_s: float | None) -> float:
 
 def pick_mode(store: Store, case: CaseRecord, ref: Reference) -> tuple[str, str, str]:
     """(mode, after, why) for mode='auto'."""
-    loc = localized(store, case.case_id)
+    loc = store.localization(case.case_id)
     if loc is not None and loc.signature == ref.signature:
         first = loc.first_failing
         if first == "inductor":

@@ -192,9 +192,7 @@ def _classification(store: Store, by_step: dict[str, list[EvidenceRecord]], runs
 
 
 def _localization(store: Store, case_id: str, runs: list[RunRecord]) -> LocalizationView | None:
-    from pt2_bug_basher.reduce.ladder import localized
-
-    recorded = localized(store, case_id)
+    recorded = store.localization(case_id)
     ladder = [r for r in runs if r.tool == "localize"]
     if recorded is None and not ladder:
         return None
