@@ -176,8 +176,10 @@ _NORMALISERS: list[tuple[re.Pattern[str], str]] = [
 # For signatures only: the numbers a run picks (sizes, values, counts, tensor reprs) vary between runs
 # of one failure; the words, the exception type and the frames tell two failures apart.
 _NUMBER_NORMALISERS: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"[-+]?\b\d+\.<hash>"), "N"),  # a float with 16+ decimals, taken for a digest
     (re.compile(r"\btensor\((?:[^()]|\([^()]*\))*\)", re.S), "tensor(...)"),
-    (re.compile(r"[-+]?\b\d+(?:\.\d*)?(?:[eE][-+]?\d+)?\b|\binf\b|\bnan\b"), "N"),
+    (re.compile(r"\b\d+(?:[xX]\d+)+\b"), "N"),  # 3x4 sizes
+    (re.compile(r"[-+]?(?<![A-Za-z_\d])(?!0x\?)\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|\binf\b|\bnan\b"), "N"),
     (re.compile(r"(?:<f>|N)(?:\s*(?:,|x|X|\*)\s*(?:<f>|N))+"), "N"),
 ]
 

@@ -102,6 +102,9 @@ _DYNAMO_WARNINGS = re.compile(
 MAX_WARNINGS = 8
 
 
+_LOG_PREFIX = re.compile(r"^(?:\[rank\d+\]:)?[VDIWEC]\d{4} [\d:.]+ +\d+ \S+\] (?:\[[^\]]*\] )*")
+
+
 def dynamo_warnings(text: str) -> list[str]:
     """The lines where Dynamo says it hit a limit, broke a graph, skipped a frame or fell back to eager."""
     found: list[str] = []
@@ -252,8 +255,8 @@ def decide(
                 b = v.logs.graph_breaks[0]
                 verdict.evidence.append(f"run {v.result.run_id}: {v.logs.total_graph_break_count} graph breaks "
                                         f"in the logs ({b.reason[:120]} at {b.location})")
-            for line in dynamo_warnings(v.stderr)[:2]:
-                verdict.evidence.append(f"run {v.result.run_id}: {line}")
+        for line in dynamo_warnings(logged[0].stderr)[:2]:
+            verdict.evidence.append(f"run {logged[0].result.run_id}: {_LOG_PREFIX.sub('', line)}")
     if export_used:
         verdict.evidence.append("torch.export in the script or traceback: the compile-off run cannot tell "
                                 "(TORCHDYNAMO_DISABLE does not turn export off)")
@@ -289,4 +292,5 @@ def decide(
         # each piece of execution evidence that agrees adds confidence, each that does not takes it away
         shift = 0.05 * sum(1 if a else -1 for a in agree)
         verdict.confidence = round(min(0.99, max(0.05, verdict.confidence + shift)), 2)
+    verdict.evidence = list(dict.fromkeys(verdict.evidence))
     return verdict
