@@ -175,9 +175,10 @@ _NORMALISERS: list[tuple[re.Pattern[str], str]] = [
 
 # For signatures only: the numbers a run picks (sizes, values, counts, tensor reprs) vary between runs
 # of one failure; the words, the exception type and the frames tell two failures apart.
+_TENSOR_REPR = re.compile(r"\btensor\((?:[^()]|\([^()]*\))*(?:\)|$)", re.S)  # a repr may span lines
 _NUMBER_NORMALISERS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"[-+]?\b\d+\.<hash>"), "N"),  # a float with 16+ decimals, taken for a digest
-    (re.compile(r"\btensor\((?:[^()]|\([^()]*\))*\)", re.S), "tensor(...)"),
+    (_TENSOR_REPR, "tensor(...)"),
     (re.compile(r"\b\d+(?:[xX]\d+)+\b"), "N"),  # 3x4 sizes
     (re.compile(r"[-+]?(?<![A-Za-z_\d])(?!0x\?)\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|\binf\b|\bnan\b"), "N"),
     (re.compile(r"(?:<f>|N)(?:\s*(?:,|x|X|\*)\s*(?:<f>|N))+"), "N"),
@@ -679,6 +680,7 @@ def _signature_message(message: str | None, diagnostics: list[str] | None = None
     ':' such as "backend='inductor' raised:" or Triton's "at 3:25:", a compiler's first error)."""
     if not message:
         return ""
+    message = _TENSOR_REPR.sub("tensor(...)", message[:20_000])
     lines = [ln for ln in message.split("\n") if ln.strip()]
     if not lines:
         return ""

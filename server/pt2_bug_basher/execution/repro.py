@@ -137,7 +137,8 @@ async def run_repro(
             group.start_soon(one, index)
 
     parsed = [RunVerdict(r) for r in results[:repeat] if r is not None]
-    compile_off = RunVerdict(results[repeat]) if differential and results[repeat] is not None else None
+    off_result = results[repeat] if differential else None
+    compile_off = RunVerdict(off_result) if off_result is not None else None
     for p in [*parsed, *([compile_off] if compile_off else [])]:
         store.set_run_result(p.result.run_id, {
             "failed": p.failed, "signature": p.signature, "category": p.classification.category,
