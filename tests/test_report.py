@@ -31,7 +31,7 @@ from pt2_bug_basher.steps.environment import start_case
 SCREENSHOTS = Path(__file__).parent / "screenshots"
 HOSTILE = "<script>alert('pwned')</script><img src=x onerror=alert(1)>"
 FAILING_SCRIPT = f'''\
-import sys, time
+import os, sys, time
 time.sleep(0.3)
 print("stdout says {HOSTILE}")
 print("stderr says {HOSTILE}", file=sys.stderr)
@@ -42,6 +42,8 @@ class BackendCompilerFailed(RuntimeError):
 
 
 BackendCompilerFailed.__module__ = "torch._dynamo.exc"
+if os.environ.get("TORCHDYNAMO_DISABLE"):  # as a compiler failure, it needs compilation on
+    sys.exit(0)
 raise BackendCompilerFailed("backend='inductor' raised:\\nLoweringException: AssertionError: {HOSTILE}")
 '''
 WAIVER = f"no reduction needed: the repro is 5 lines | already minimal {HOSTILE} `tick`"

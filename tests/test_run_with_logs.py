@@ -84,13 +84,26 @@ async def test_each_category_reproduces_with_a_stable_signature(module_config, c
 
 
 async def test_a_script_that_does_not_fail_is_not_a_reproduction(module_config, case_id, example):
+    # one run: no reproduction, so no reruns with logs; the hint names the logs that would show graph breaks
     async with Client(create_server(module_config)) as client:
-        result = await client.call_tool("run_with_logs", {"case_id": case_id,
+        result = await client.call_tool("run_with_logs", {"case_id": case_id, "repeat": 1,
                                                           "script": example("graph_break_logs_only.py")})
     data = result.structured_content
     assert not data["reproduced"] and not any(r["failed"] for r in data["runs"])
     assert "did not fail" in data["next_step"] and 'logs="graph_break"' in data["next_step"]
     assert data["runs"][0]["exit"] == "exit code 0"
+    assert data["compile_off"] is None and data["logged_runs"] == []
+
+    # a reproduction of a script that really passes: the compile-off run and the logged reruns show nothing
+    passes = module_config.default_repo / "examples" / "passes.py"
+    shutil.copy(Path(__file__).parent / "scripts" / "verdict" / "passes.py", passes)
+    async with Client(create_server(module_config)) as client:
+        result = await client.call_tool("run_with_logs", {"case_id": case_id, "script": str(passes)})
+    data = result.structured_content
+    assert not data["reproduced"] and not any(r["failed"] for r in data["runs"] + data["logged_runs"])
+    assert len(data["logged_runs"]) == 2 and data["compile_off"]["exit_code"] == 0
+    assert "did not fail" in data["next_step"] and "graph_breaks,recompiles" in data["next_step"]
+    assert data["verdict"]["category"] is None and data["verdict"]["compiler_at_fault"] is None
 
 
 async def test_unknown_torch_logs_name_is_rejected_before_running(module_config, case_id, example):

@@ -53,7 +53,8 @@ async def test_classify_a_text_without_a_case(state: AppState) -> None:
 async def test_reproduce_a_failing_script_records_the_reproduction(state: AppState) -> None:
     case_id = open_case(state)
     script = state.config.default_repo / "boom.py"
-    script.write_text("raise ValueError('boom')\n")
+    # fails only with compilation on (as a compiler bug does): a failure with it off too is a user error
+    script.write_text("import os\nif not os.environ.get('TORCHDYNAMO_DISABLE'):\n    raise ValueError('boom')\n")
     messages: list[str] = []
 
     async def progress(message: str) -> None:

@@ -173,6 +173,26 @@ _NORMALISERS: list[tuple[re.Pattern[str], str]] = [
 ]
 
 
+# For signatures only: the numbers a run picks (sizes, values, counts, tensor reprs) vary between runs
+# of one failure; the words, the exception type and the frames tell two failures apart.
+_TENSOR_REPR = re.compile(r"\btensor\((?:[^()]|\([^()]*\))*(?:\)|$)", re.S)  # a repr may span lines
+_NUMBER_NORMALISERS: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"[-+]?\b\d+\.<hash>"), "N"),  # a float with 16+ decimals, taken for a digest
+    (_TENSOR_REPR, "tensor(...)"),
+    (re.compile(r"\b\d+(?:[xX]\d+)+\b"), "N"),  # 3x4 sizes
+    (re.compile(r"[-+]?(?<![A-Za-z_\d])(?!0x\?)\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|\binf\b|\bnan\b"), "N"),
+    (re.compile(r"(?:<f>|N)(?:\s*(?:,|x|X|\*)\s*(?:<f>|N))+"), "N"),
+]
+
+
+def normalise_numbers(msg: str) -> str:
+    """normalise_message's output with every number (and tensor repr) replaced: one key for one failure."""
+    out = msg
+    for pat, repl in _NUMBER_NORMALISERS:
+        out = pat.sub(repl, out)
+    return out.replace("<f>", "N")
+
+
 def normalise_message(msg: str) -> str:
     """Strip run-specific noise (addresses, temp paths, cache keys, PIDs, timings, counters,
     line numbers, absolute directories, float values) from an error message."""
@@ -710,6 +730,7 @@ def _signature_message(message: str | None, diagnostics: list[str] | None = None
     ':' such as "backend='inductor' raised:" or Triton's "at 3:25:", a compiler's first error)."""
     if not message:
         return ""
+    message = _TENSOR_REPR.sub("tensor(...)", message[:20_000])
     lines = [ln for ln in message.split("\n") if ln.strip()]
     if not lines:
         return ""
@@ -720,7 +741,7 @@ def _signature_message(message: str | None, diagnostics: list[str] | None = None
         first = first + " | " + lines[1].strip()
     if diagnostics:
         first = first + " | " + diagnostics[0]
-    return normalise_message(first)[:400]
+    return normalise_numbers(normalise_message(first))[:400]
 
 
 def make_signature(exception_type: str | None, message: str | None, user_frame: Frame | None,

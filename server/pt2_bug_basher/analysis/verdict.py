@@ -6,6 +6,7 @@ the only I/O is reading the run's own logs.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
@@ -86,6 +87,37 @@ def soft_signature(logs: LogSummary) -> str | None:
     return "graph_breaks|" + ";".join(parts)
 
 
+def recompile_signature(logs: LogSummary) -> str:
+    """For a run that exited 0 after hitting the recompile limit: the functions recompiled."""
+    functions = sorted({r.function or "?" for r in logs.recompiles})
+    return "recompile_limit|" + ";".join(functions)
+
+
+# Dynamo's own warnings on stderr when it gives up on a frame rather than raising.
+_DYNAMO_WARNINGS = re.compile(
+    r"torch\._dynamo hit config\.\w*(?:recompile|cache_size)_limit|cache_size_limit|cache size limit"
+    r"|recompile_limit reached|Graph break(?: \(user stack suppressed due to duplicate graph break\))? in user code"
+    r"|Graph Break Reason|Skipping frame|skipping:? |falling back to eager|fall back to eager"
+    r"|torch\._dynamo\.convert_frame: \[WARNING\]", re.IGNORECASE)
+MAX_WARNINGS = 8
+
+
+_LOG_PREFIX = re.compile(r"^(?:\[rank\d+\]:)?[VDIWEC]\d{4} [\d:.]+ +\d+ \S+\] (?:\[[^\]]*\] )*")
+
+
+def dynamo_warnings(text: str) -> list[str]:
+    """The lines where Dynamo says it hit a limit, broke a graph, skipped a frame or fell back to eager."""
+    found: list[str] = []
+    for line in text.splitlines():
+        if "dynamo" not in line.lower() and "graph break" not in line.lower() and "eager" not in line.lower():
+            continue
+        if _DYNAMO_WARNINGS.search(line):
+            found.append(line.strip()[:TAIL_LINE_CHARS])
+            if len(found) >= MAX_WARNINGS:
+                break
+    return found
+
+
 def run_uri(case_id: str, run_id: str, stream: str) -> str:
     return f"case://{case_id}/runs/{run_id}/{stream}"
 
@@ -109,7 +141,11 @@ class RunVerdict:
         self.signature: str | None = failure.signature if failure is not None else None
         self.failed = crashed
         if not crashed:
-            if self.logs.graph_breaks:
+            if self.logs.recompile_limit_hit:
+                self.failed = True
+                self.signature = recompile_signature(self.logs)
+                self.classification = self.classification.model_copy(update={"category": "recompile"})
+            elif self.logs.graph_breaks:
                 self.failed = True
                 self.signature = soft_signature(self.logs)
                 if self.classification.category not in SOFT_FAILURES:
@@ -142,3 +178,119 @@ class RunVerdict:
             user_frame=frame(f.user_frame) if f else None, torch_frame=frame(f.torch_frame) if f else None,
             signature=self.signature, evidence=[f"{e.line_no}: {e.text}" for e in c.evidence[:6]],
         )
+
+
+# --------------------------------------------------------------------------------------------
+# The verdict: what the runs, the compile-off run, the logs and localize say together
+
+USER_ERROR = "user_error"
+USER_ERROR_ADVICE = "fails without torch.compile too: not a compiler bug"
+_EXPORT_RE = re.compile(r"\btorch\.export\b|\bfrom torch import export\b|\btorch\._export\b|torch/_?export/"
+                        r"|\bexport\(|\btorch\._dynamo\.export\b")
+# Where localize's layer points, the playbook whose source and test files apply.
+LAYER_PLAYBOOK = {"Dynamo": "dynamo_internal", "Inductor": "backend_compiler_failed"}
+_COMPILER_EXCEPTIONS = ("torch._dynamo", "torch._inductor", "BackendCompilerFailed", "InductorError",
+                        "TorchRuntimeError", "Unsupported", "torch._subclasses", "torch.fx")
+
+
+class Verdict(BaseModel):
+    """The diagnosis from everything the server ran, and the evidence behind it."""
+
+    category: str | None = Field(None, description="the failure's category; None when nothing failed")
+    confidence: float | None = None
+    reproduced: bool = False
+    compiler_at_fault: bool | None = Field(None, description="True: passes with compilation off; False: fails "
+                                                             "without torch.compile too; None: not decided")
+    evidence: list[str] = Field(default_factory=list, description="what decided it: run ids and the lines")
+    playbook: str | None = Field(None, description="the playbook whose source and test files apply (localize's "
+                                                   "layer wins over the category)")
+    advice: str | None = None
+
+
+def uses_export(*texts: str) -> bool:
+    """torch.export (which TORCHDYNAMO_DISABLE does not turn off) in the script or the traceback."""
+    return any(_EXPORT_RE.search(text) for text in texts if text)
+
+
+def _same_way(compiled: FailureSummary, off: RunVerdict) -> tuple[bool, str]:
+    """Whether the compile-off run failed as the compiled runs did, and how closely."""
+    if not off.failed or off.result.outcome.timed_out or off.result.outcome.signal_name:
+        return False, ""
+    if off.signature == compiled.signature:
+        return True, "the same signature"
+    off_failure = off.classification.failure
+    off_type = (off_failure.exception_type or "") if off_failure else ""
+    short = off_type.rsplit(".", 1)[-1]
+    if short and (short == (compiled.exception_type or "").rsplit(".", 1)[-1] or short in (compiled.message or "")):
+        return True, f"the same exception ({short})"
+    return True, f"another failure ({off.signature})"
+
+
+def decide(
+    failure: FailureSummary | None, reproduced: bool, run_ids: list[str], *, compile_off: RunVerdict | None = None,
+    export_used: bool = False, logged: list[RunVerdict] | None = None, layer: str | None = None,
+) -> Verdict:
+    """Combine the text classifier's reading with what running the program differently showed."""
+    verdict = Verdict(reproduced=reproduced)
+    runs = ", ".join(run_ids)
+    if failure is None:
+        verdict.evidence.append(f"runs {runs}: exit 0, nothing reported")
+        if logged:
+            verdict.evidence.append("runs {} with TORCH_LOGS=graph_breaks,recompiles: no graph break, no recompile "
+                                    "limit".format(", ".join(v.result.run_id for v in logged)))
+        if compile_off is not None:
+            verdict.evidence.append(f"run {compile_off.result.run_id} (compile off): "
+                                    + ("failed" if compile_off.failed else "passed"))
+        return verdict
+    verdict.category, verdict.confidence = failure.category, failure.confidence
+    head = failure.evidence[0] if failure.evidence else (failure.signature or failure.category)
+    verdict.evidence.append(f"runs {runs}: {head}")
+    agree: list[bool] = []
+    if logged:
+        for v in logged:
+            if v.logs.recompile_limit_hit:
+                reasons = "; ".join(sorted({r.reason[:120] for r in v.logs.recompiles})[:3]) or "no reason logged"
+                verdict.evidence.append(f"run {v.result.run_id}: recompile limit hit ({reasons})")
+            elif v.logs.graph_breaks:
+                b = v.logs.graph_breaks[0]
+                verdict.evidence.append(f"run {v.result.run_id}: {v.logs.total_graph_break_count} graph breaks "
+                                        f"in the logs ({b.reason[:120]} at {b.location})")
+        for line in dynamo_warnings(logged[0].stderr)[:2]:
+            verdict.evidence.append(f"run {logged[0].result.run_id}: {_LOG_PREFIX.sub('', line)}")
+    if export_used:
+        verdict.evidence.append("torch.export in the script or traceback: the compile-off run cannot tell "
+                                "(TORCHDYNAMO_DISABLE does not turn export off)")
+    elif compile_off is not None:
+        off_id = compile_off.result.run_id
+        same, how = _same_way(failure, compile_off)
+        if same and failure.exception_type:
+            verdict.category, verdict.compiler_at_fault = USER_ERROR, False
+            verdict.confidence = 0.95 if how.startswith("the same") else 0.7
+            verdict.advice = USER_ERROR_ADVICE
+            verdict.evidence.append(f"run {off_id} (TORCHDYNAMO_DISABLE=1) fails with {how}: {USER_ERROR_ADVICE}")
+        elif compile_off.failed:
+            verdict.evidence.append(f"run {off_id} (TORCHDYNAMO_DISABLE=1) also failed ({compile_off.signature}); "
+                                    "a crash without a Python exception does not settle whose bug it is")
+            agree.append(False)
+        elif compile_off.result.outcome.exit_code == 0:
+            verdict.compiler_at_fault = True
+            verdict.evidence.append(f"run {off_id} (TORCHDYNAMO_DISABLE=1) passes: the failure needs torch.compile")
+            agree.append(True)
+            exc = failure.exception_type or ""
+            mismatch = exc.endswith("AssertionError") or failure.category == "accuracy"
+            if mismatch and not any(name in exc for name in _COMPILER_EXCEPTIONS):
+                verdict.category = "accuracy"
+                verdict.confidence = max(verdict.confidence or 0, 0.9)
+                verdict.evidence.append(f"run {off_id}: the assertion holds without compilation, so the compiled "
+                                        "result differs from eager: accuracy")
+    if layer:
+        verdict.evidence.append(f"localize: the failure is in {layer}")
+        verdict.playbook = LAYER_PLAYBOOK.get(layer)
+    if not reproduced:
+        agree.append(False)
+    if verdict.category != USER_ERROR and verdict.confidence is not None and agree:
+        # each piece of execution evidence that agrees adds confidence, each that does not takes it away
+        shift = 0.05 * sum(1 if a else -1 for a in agree)
+        verdict.confidence = round(min(0.99, max(0.05, verdict.confidence + shift)), 2)
+    verdict.evidence = list(dict.fromkeys(verdict.evidence))
+    return verdict

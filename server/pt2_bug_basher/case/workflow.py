@@ -124,6 +124,14 @@ STOPPED_MAIN = (
     'waive_step(case_id="{case_id}", step="main_check", reason="<why the test is right>").'
 )
 
+STOPPED_USER_ERROR = (
+    "{script} fails without torch.compile too (with TORCHDYNAMO_DISABLE=1): not a compiler bug. Fix the script "
+    "(the error is in the program, not in the compiler), then reproduce again: "
+    'run_with_logs(case_id="{case_id}", script="{script}", repeat=2); or, if the failure is the compiler\'s after '
+    'all, waive_step(case_id="{case_id}", step="reproduce", reason="<why the compiler is at fault>").'
+)
+USER_ERROR = "user_error"
+
 TreeHashFn = Callable[[], str]
 
 
@@ -169,7 +177,20 @@ class Workflow:
                 return True
         return False
 
+    def user_error(self) -> str | None:
+        """The latest reproduction failed without torch.compile too (and no waiver says otherwise)."""
+        record = self.latest(Step.reproduce)
+        if record is None or record.ok or self.waiver(Step.reproduce):
+            return None
+        found = record.payload(ReproduceEvidence)
+        if found.category != USER_ERROR:
+            return None
+        return STOPPED_USER_ERROR.format(script=found.script, case_id=self.case.case_id)
+
     def stopped(self) -> str | None:
+        user_error = self.user_error()
+        if user_error is not None:
+            return user_error
         spec = SPEC[Step.main_check]
         record = self.latest(Step.main_check)
         if record is None or record.ok or self._rebased(spec, record) or self.waiver(Step.main_check):
@@ -221,7 +242,8 @@ class Workflow:
                 status.status = "done"
         elif latest is not None and not self._rebased(spec, latest):
             status.evidence, status.run_id = latest.summary, latest.run_id
-            status.status = "stopped" if spec.step == Step.main_check else "failed"
+            stops = spec.step == Step.main_check or (spec.step == Step.reproduce and self.user_error() is not None)
+            status.status = "stopped" if stops else "failed"
         if status.status != "done" and self.waiver(spec.step) is not None:
             status.status = "waived"
             status.evidence = f"waived: {self.waiver(spec.step).reason}"  # type: ignore[union-attr]
@@ -236,7 +258,7 @@ class Workflow:
             status = self.step_status(SPEC[step])
             if status.status in ("done", "waived"):
                 continue
-            if step == Step.main_check and status.status == "stopped":
+            if status.status == "stopped":
                 raise GateClosed(f"{tool.value} refused: the case is stopped — " + (self.stopped() or ""))
             why = {
                 "stale": "its evidence was taken on an earlier state of the code and the tree has changed since",

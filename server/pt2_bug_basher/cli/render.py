@@ -113,7 +113,13 @@ def format_triage(report: TriageReport) -> str:
     out.append("\n== Reproduction")
     for run in repro.runs:
         out.append(f"  {run.run_id}: {run.exit} in {run.duration_s:.1f}s" + ("  (failed)" if run.failed else ""))
-    if not any(r.failed for r in repro.runs):
+    if repro.compile_off is not None:
+        off = repro.compile_off
+        out.append(f"  {off.run_id}: {off.exit} in {off.duration_s:.1f}s with compilation off (TORCHDYNAMO_DISABLE=1)")
+    for run in repro.logged_runs:
+        out.append(f"  {run.run_id}: {run.exit} in {run.duration_s:.1f}s with graph-break and recompile logs"
+                   + ("  (failed)" if run.failed else ""))
+    if repro.failure is None:
         out.append("  The script did not fail.")
         out.append(f"\nNext: {repro.next_step or 'make the script fail the way the bug does'}")
         return "\n".join(out)
@@ -134,6 +140,12 @@ def format_triage(report: TriageReport) -> str:
         if f.evidence:
             out.append("  Evidence   :")
             out += [f"    {line}" for line in f.evidence]
+    if report.evidence:
+        fault = {True: "yes", False: "no", None: "not decided"}[report.compiler_at_fault]
+        out.append(f"\n== Verdict: {report.category}, compiler at fault: {fault}")
+        out += [f"  {line}"[:300] for line in report.evidence]
+        if report.advice:
+            out.append(f"  Stop: {report.advice}")
     logs = report.with_logs or repro
     if logs.graph_breaks:
         out.append(f"\n== Graph breaks ({logs.graph_break_total} in all)")

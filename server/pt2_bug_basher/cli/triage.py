@@ -13,6 +13,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from pt2_bug_basher.case.store import Store
+from pt2_bug_basher.case.workflow import Workflow
 from pt2_bug_basher.domain.calls import format_call
 from pt2_bug_basher.domain.errors import InvalidInput
 from pt2_bug_basher.domain.names import ToolName
@@ -22,11 +23,19 @@ from pt2_bug_basher.playbooks import PLAYBOOKS, diagnostic_call
 from pt2_bug_basher.steps.environment import CheckEnvResult, start_case
 from pt2_bug_basher.steps.reproduce import run_and_record
 
+DID_NOT_FAIL = ("The script did not fail: exit 0, no mismatch reported, no graph break or recompile limit in its "
+                "logs, and the same with compilation off. Make it fail the way the bug does (backend, mode, dynamic, "
+                "device, dtype; raise or assert on a wrong result), then triage it again.")
+
 
 class TriageReport(BaseModel):
     category: str | None = Field(None, description="the failure's category; None when the script did not fail")
     confidence: float | None = None
     reproduced: bool = Field(False, description="it failed twice with the same signature")
+    compiler_at_fault: bool | None = Field(None, description="True: passes with compilation off; False: fails "
+                                                             "without torch.compile too; None: not decided")
+    evidence: list[str] = Field(default_factory=list, description="what decided the verdict: run ids and lines")
+    advice: str | None = Field(None, description="why the method stops here, when it does")
     next_steps: list[str] = Field(default_factory=list,
                                   description="tool calls that go on from where triage left the case, in order")
     test_files: list[str] = Field(default_factory=list, description="topical test files for the category")
@@ -57,21 +66,42 @@ async def triage(
         store, case, script, args=[], logs_spec=None, repeat=2, trace=False, env_add={}, timeout_s=timeout_s,
         cwd=None, progress=progress, main_check_done=False, tool="triage",
     )
+    verdict = report.reproduction.verdict
+    if verdict is not None:
+        report.compiler_at_fault, report.evidence = verdict.compiler_at_fault, list(verdict.evidence)
+        report.advice = verdict.advice
     failure = report.reproduction.failure
     if failure is None:
+        report.reproduction.next_step = DID_NOT_FAIL
         return report
     report.category, report.confidence = failure.category, failure.confidence
     report.reproduced = report.reproduction.reproduced
+    stopped = Workflow(store, case.case_id, lambda: "").user_error()
+    if stopped is not None:
+        report.advice = stopped
+        report.next_steps = [format_call(ToolName.waive_step, case_id=case.case_id, step="reproduce",
+                                         reason="<why the compiler is at fault after all>")]
+        report.reproduction.next_step = stopped
+        return report
     playbook = PLAYBOOKS.get(failure.category)
-    if playbook is not None:
-        report.test_files = list(playbook.test_files)
+    if verdict is not None and verdict.playbook:
+        report.test_files = list(PLAYBOOKS[verdict.playbook].test_files)
+    logged_already = bool(report.reproduction.logged_runs) and failure.category in ("graph_break", "recompile")
+    if playbook is not None and not logged_already:
+        report.test_files = report.test_files or list(playbook.test_files)
         tell(f"rerunning with TORCH_LOGS={playbook.logs}")
         report.with_logs = await run_and_record(
             store, case, script, args=[], logs_spec=playbook.logs, repeat=1, trace=False, env_add=dict(playbook.env),
             timeout_s=timeout_s, cwd=None, progress=progress, main_check_done=False, tool="triage",
             inductor_config=dict(playbook.inductor_config),
         )
+    elif playbook is not None:
+        report.test_files = report.test_files or list(playbook.test_files)
     report.next_steps = next_steps(report)
+    if report.next_steps:
+        report.reproduction.next_step = report.next_steps[0]
+        if report.with_logs is not None:
+            report.with_logs.next_step = report.next_steps[0]
     return report
 
 
@@ -85,11 +115,12 @@ def next_steps(report: TriageReport) -> list[str]:
         return [format_call(ToolName.run_with_logs, case_id=case_id, script=script, repeat=3)]
     steps = []
     playbook = PLAYBOOKS.get(category) or PLAYBOOKS["unknown"]
-    if not (playbook.diagnostic.tool == ToolName.run_with_logs and report.with_logs is not None):
+    logged = report.with_logs is not None or bool(repro.logged_runs)
+    if not (playbook.diagnostic.tool == ToolName.run_with_logs and logged):
         steps.append(diagnostic_call(category, case_id, script))  # the preset's logs were just collected
     if playbook.diagnostic.tool != ToolName.minify:
         steps.append(format_call(ToolName.minify, case_id=case_id, script=script, mode="auto"))
-    topical = playbook.test_files[0] if playbook.test_files else "test/<area>/test_<topic>.py"
+    topical = report.test_files[0] if report.test_files else "test/<area>/test_<topic>.py"
     steps.append(format_call(ToolName.register_test, case_id=case_id,
                              test_file=f"<{topical} or another topical test file>",
                              test_name="<TestClass.test_name>"))

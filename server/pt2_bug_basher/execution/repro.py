@@ -9,7 +9,7 @@ from pathlib import Path
 import anyio
 from pydantic import BaseModel, Field
 
-from pt2_bug_basher.analysis.verdict import FailureSummary, RunOutcome, RunVerdict, tail_lines
+from pt2_bug_basher.analysis.verdict import FailureSummary, RunOutcome, RunVerdict, Verdict, tail_lines
 from pt2_bug_basher.case.store import CaseRecord, Store
 from pt2_bug_basher.domain.errors import InvalidInput
 from pt2_bug_basher.execution.cpus import parallel_runs
@@ -19,6 +19,8 @@ from pt2_bug_basher.execution.tlparse import TraceSummary, run_tlparse, trace_su
 WITH_CONFIG = Path(__file__).resolve().parents[1] / "_probes" / "with_config.py"
 MAX_REPEAT = 8
 MAX_ARGS = 200
+COMPILE_OFF_ENV = {"TORCHDYNAMO_DISABLE": "1"}
+SILENT_LOGS = "graph_breaks,recompiles"
 
 
 class GraphBreakInfo(BaseModel):
@@ -52,6 +54,10 @@ class RunWithLogsResult(BaseModel):
     trace: TraceSummary | None = None
     inductor_config: dict[str, object] = Field(default_factory=dict,
                                                description="Inductor config set before the script ran")
+    compile_off: RunOutcome | None = Field(None, description="the run with compilation off (TORCHDYNAMO_DISABLE=1)")
+    logged_runs: list[RunOutcome] = Field(default_factory=list, description=(
+        f"reruns with TORCH_LOGS={SILENT_LOGS} of a script that exited 0: what they show decides"))
+    verdict: Verdict | None = Field(None, description="the diagnosis from all runs, with the evidence behind it")
     recorded: list[str] = Field(default_factory=list, description="workflow evidence this call recorded")
     notes: list[str] = Field(default_factory=list)
     next_step: str
@@ -88,10 +94,14 @@ async def run_repro(
     progress: ProgressFn | None,
     tool: str = "run_with_logs",
     inductor_config: dict[str, object] | None = None,
+    differential: bool = False,
+    layer: str | None = None,
 ) -> RunWithLogsResult:
     """Run the script `repeat` times (in parallel within the usable CPUs) and summarise what the runs showed.
 
-    Records the runs, not the workflow evidence: the reproduce and logs steps decide what they prove."""
+    `differential`: one more run in the same batch with compilation off, and, when every run exits 0 without
+    logs asked for, reruns with graph-break and recompile logs. Records the runs, not the workflow evidence:
+    the reproduce and logs steps decide what they prove."""
     argv = python_argv(case, script, args)
     if inductor_config:
         sets = [item for key, value in inductor_config.items() for item in ("--set", f"{key}={json.dumps(value)}")]
@@ -101,12 +111,17 @@ async def run_repro(
         extra["TORCH_LOGS"] = logs_spec
     case_dir = store.case_dir(case.case_id)
     trace_dirs: list[Path] = []
-    results: list[RunResult | None] = [None] * repeat
-    limiter = anyio.CapacityLimiter(parallel_runs(repeat))
+    total = repeat + (1 if differential else 0)
+    results: list[RunResult | None] = [None] * total
+    limiter = anyio.CapacityLimiter(parallel_runs(total))
 
     async def one(index: int) -> None:
         run_env = dict(extra)
-        if trace:
+        label = f"{script.name} run {index + 1}/{repeat}"
+        if index == repeat:  # the differential run: no compilation, so no compile logs or trace either
+            run_env = {**{k: v for k, v in env_add.items() if k != "TORCH_TRACE"}, **COMPILE_OFF_ENV}
+            label = f"{script.name} with compilation off"
+        elif trace:
             trace_dir = case_dir / "traces" / f"{os.getpid()}-{anyio.current_time():.0f}-{index}"
             trace_dir.mkdir(parents=True, exist_ok=True)
             trace_dirs.append(trace_dir)
@@ -114,36 +129,49 @@ async def run_repro(
         async with limiter:
             results[index] = await execute(
                 store, case, argv, tool=tool, cwd=cwd or script.parent, env_add=run_env, timeout_s=timeout_s,
-                progress=progress, label=f"{script.name} run {index + 1}/{repeat}",
+                progress=progress, label=label,
             )
 
     async with anyio.create_task_group() as group:
-        for index in range(repeat):
+        for index in range(total):
             group.start_soon(one, index)
 
-    parsed = [RunVerdict(r) for r in results if r is not None]
-    for p in parsed:
+    parsed = [RunVerdict(r) for r in results[:repeat] if r is not None]
+    off_result = results[repeat] if differential else None
+    compile_off = RunVerdict(off_result) if off_result is not None else None
+    for p in [*parsed, *([compile_off] if compile_off else [])]:
         store.set_run_result(p.result.run_id, {
             "failed": p.failed, "signature": p.signature, "category": p.classification.category,
         })
+    logged: list[RunVerdict] = []
+    exited_clean = all(p.result.outcome.exit_code == 0 and not p.result.outcome.timed_out for p in parsed)
+    if differential and not logs_spec and exited_clean and not all(
+            p.failed and p.classification.category == "accuracy" for p in parsed):
+        logged = await _logged_reruns(store, case, argv, script, repeat=repeat, env_add=env_add, timeout_s=timeout_s,
+                                      cwd=cwd, progress=progress, tool=tool)
     first = parsed[0]
-    signatures = {p.signature for p in parsed}
-    all_failed = all(p.failed for p in parsed)
+    deciding = logged if logged and any(v.failed for v in logged) else parsed
+    signatures = {p.signature for p in deciding}
+    all_failed = all(p.failed for p in deciding)
     same = all_failed and len(signatures) == 1
     result = RunWithLogsResult(
         case_id=case.case_id, script=str(script), command=argv, env_added={**parsed[0].result.env_add},
         runs=[p.outcome_model(case.case_id) for p in parsed], reproduced=same, same_signature=len(signatures) == 1,
         inductor_config=dict(inductor_config or {}), next_step="",
+        compile_off=compile_off.outcome_model(case.case_id) if compile_off else None,
+        logged_runs=[v.outcome_model(case.case_id) for v in logged],
     )
     for p in parsed:
         for error in p.result.outcome.log_errors:
             result.notes.append(f"run {p.result.run_id}: its log could not be fully written ({error}); is the "
                                 "disk full? The run itself finished; its parsed result rests on what was written.")
-    failing = next((p for p in parsed if p.failed), None)
+    failing = next((p for p in deciding if p.failed), None)
     if failing is not None:
         result.failure = failing.failure_summary()
         result.tail = tail_lines(failing.stderr)
-    merged = first.logs
+    if differential:
+        result.verdict = _verdict(result, script, deciding, compile_off, logged, layer)
+    merged = logged[0].logs if logged else first.logs
     result.graph_breaks = [GraphBreakInfo(reason=b.reason[:300], location=b.location, count=b.count)
                            for b in merged.graph_breaks[:12]]
     result.graph_break_total = merged.total_graph_break_count
@@ -155,3 +183,48 @@ async def run_repro(
                                     tool=tool, progress=progress)
         result.trace = trace_summary(tlparse)
     return result
+
+
+async def _logged_reruns(
+    store: Store, case: CaseRecord, argv: list[str], script: Path, *, repeat: int, env_add: dict[str, str],
+    timeout_s: float, cwd: Path | None, progress: ProgressFn | None, tool: str,
+) -> list[RunVerdict]:
+    """A script that exited 0 may still have broken graphs or hit the recompile limit: rerun it with those logs."""
+    results: list[RunResult | None] = [None] * repeat
+    limiter = anyio.CapacityLimiter(parallel_runs(repeat))
+
+    async def one(index: int) -> None:
+        async with limiter:
+            results[index] = await execute(
+                store, case, argv, tool=tool, cwd=cwd or script.parent,
+                env_add={**env_add, "TORCH_LOGS": SILENT_LOGS}, timeout_s=timeout_s, progress=progress,
+                label=f"{script.name} with TORCH_LOGS={SILENT_LOGS} {index + 1}/{repeat}",
+            )
+
+    async with anyio.create_task_group() as group:
+        for index in range(repeat):
+            group.start_soon(one, index)
+    logged = [RunVerdict(r) for r in results if r is not None]
+    for v in logged:
+        store.set_run_result(v.result.run_id, {
+            "failed": v.failed, "signature": v.signature, "category": v.classification.category,
+        })
+    return logged
+
+
+def _verdict(result: RunWithLogsResult, script: Path, deciding: list[RunVerdict], compile_off: RunVerdict | None,
+             logged: list[RunVerdict], layer: str | None) -> Verdict:
+    """Decide from every run, and let the verdict's category and confidence stand for the failure's."""
+    from pt2_bug_basher.analysis.verdict import decide, uses_export
+
+    try:
+        script_text = script.read_text(errors="replace")[:1_000_000]
+    except OSError:
+        script_text = ""
+    failing = next((p for p in deciding if p.failed), None)
+    export_used = uses_export(script_text, failing.stderr if failing else "")
+    verdict = decide(result.failure, result.reproduced, [p.result.run_id for p in deciding],
+                     compile_off=compile_off, export_used=export_used, logged=logged, layer=layer)
+    if result.failure is not None and verdict.category is not None:
+        result.failure.category, result.failure.confidence = verdict.category, verdict.confidence or 0.0
+    return verdict

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pt2_bug_basher.analysis.verdict import USER_ERROR, USER_ERROR_ADVICE, RunOutcome
 from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.case.store import CaseRecord, Store
 from pt2_bug_basher.domain.errors import InvalidInput
 from pt2_bug_basher.domain.evidence import ReproduceEvidence
 from pt2_bug_basher.domain.names import Step, ToolName
-from pt2_bug_basher.execution.repro import RunWithLogsResult, check_args, check_repeat, run_repro
+from pt2_bug_basher.execution.repro import SILENT_LOGS, RunWithLogsResult, check_args, check_repeat, run_repro
 from pt2_bug_basher.execution.runs import ProgressFn, check_env_additions, check_timeout
 from pt2_bug_basher.steps import logs as logs_step
 
@@ -31,6 +32,7 @@ async def run_with_logs(
         state.store, case, script_path, args=check_args(args), logs_spec=request.spec, repeat=check_repeat(repeat),
         trace=trace, env_add=request.env, timeout_s=check_timeout(timeout_s), cwd=work_dir, progress=progress,
         main_check_done=flow.is_complete(Step.main_check), inductor_config=request.inductor_config,
+        layer=localized_layer(state.store, case_id),
     )
     result.next_step = await next_step(state, result, repeat, request.spec)
     return result
@@ -40,24 +42,40 @@ async def run_and_record(
     store: Store, case: CaseRecord, script: Path, *, args: list[str], logs_spec: str | None, repeat: int,
     trace: bool, env_add: dict[str, str], timeout_s: float, cwd: Path | None, progress: ProgressFn | None,
     main_check_done: bool, tool: str = ToolName.run_with_logs.value, inductor_config: dict[str, object] | None = None,
+    layer: str | None = None,
 ) -> RunWithLogsResult:
-    """Run the repro (no gate, inputs already checked) and record the evidence its runs give."""
+    """Run the repro (no gate, inputs already checked) and record the evidence its runs give.
+
+    A reproduction (repeat >= 2) also runs the script with compilation off and, when it exits 0, with logs."""
     result = await run_repro(store, case, script, args=args, logs_spec=logs_spec, repeat=repeat, trace=trace,
                              env_add=env_add, timeout_s=timeout_s, cwd=cwd, progress=progress, tool=tool,
-                             inductor_config=inductor_config)
+                             inductor_config=inductor_config, differential=repeat >= 2, layer=layer)
     record(store, case, script, args, result)
     logs_step.record(store, case, result, logs_spec, main_check_done)
     return result
 
 
 def record(store: Store, case: CaseRecord, script: Path, args: list[str], result: RunWithLogsResult) -> None:
-    """Two runs or more: a reproduction when all failed with one signature, a failed attempt otherwise."""
-    runs = result.runs
+    """Two runs or more: a reproduction when all failed with one signature, a failed attempt otherwise.
+
+    A reproduction that fails without torch.compile too stops the case (not a compiler bug) until waived."""
+    runs = proving_runs(result)
     n = len(runs)
     if n < 2:
         return
     run_ids = [r.run_id for r in runs]
     failures = sum(r.failed for r in runs)
+    verdict = result.verdict
+    if result.reproduced and result.failure is not None and verdict is not None and verdict.category == USER_ERROR:
+        f = result.failure
+        off = result.compile_off.run_id if result.compile_off else "?"
+        summary = f"{script.name} {USER_ERROR_ADVICE} (run {off} with TORCHDYNAMO_DISABLE=1): {f.signature}"
+        store.add_evidence(case.case_id, Step.reproduce.value, False, summary[:500], run_id=run_ids[0],
+                           data=ReproduceEvidence(
+                               script=str(script), args=args, signature=f.signature, category=USER_ERROR,
+                               exception_type=f.exception_type, message=f.message, run_ids=[*run_ids, off],
+                               repeat=n))
+        return
     if result.reproduced and result.failure is not None:
         f = result.failure
         summary = f"{script.name} failed {n}/{n} times with the same signature ({f.category}): {f.signature}"
@@ -74,10 +92,30 @@ def record(store: Store, case: CaseRecord, script: Path, args: list[str], result
                                               signatures=sorted(str(r.signature) for r in runs)))
 
 
+def proving_runs(result: RunWithLogsResult) -> list[RunOutcome]:
+    """The runs the verdict rests on: the logged reruns when only they showed the failure."""
+    return result.logged_runs if any(r.failed for r in result.logged_runs) else result.runs
+
+
+def localized_layer(store: Store, case_id: str) -> str | None:
+    """The layer localize put the failure in, if it ran for this case."""
+    from pt2_bug_basher.reduce.ladder import localized
+
+    found = localized(store, case_id)
+    return found.layer if found is not None and found.layer not in (None, "unknown") else None
+
+
 async def next_step(state: AppState, result: RunWithLogsResult, repeat: int, spec: str | None) -> str:
     case_id = result.case_id
-    failed = sum(r.failed for r in result.runs)
+    failed = sum(r.failed for r in proving_runs(result))
     call = f'run_with_logs(case_id="{case_id}", script="{result.script}"'
+    if result.verdict is not None and result.verdict.category == USER_ERROR and result.reproduced:
+        return (await state.status(case_id)).next_step
+    if failed == 0 and result.logged_runs:
+        return ("The script did not fail: exit 0, no mismatch reported, and reruns with "
+                f"TORCH_LOGS={SILENT_LOGS} showed no graph break and no recompile limit. Check that it runs the "
+                "failing configuration (backend, mode, dynamic, device, dtype) and that it raises or asserts on a "
+                "wrong result.")
     if failed == 0:
         advice = ("The script did not fail: exit 0, no graph break and no mismatch reported. "
                   "Check that it runs the failing configuration (backend, mode, dynamic, device, dtype) and that "
