@@ -25,9 +25,6 @@ from pt2_bug_basher.mcp_server.server import create_server
 from pt2_bug_basher.steps.environment import start_case
 
 SCRIPTS = REPO_ROOT / "tests" / "scripts" / "verdict"
-DYNAMIC_SHAPES_XFAIL = pytest.mark.xfail(
-    reason="needs the classifier's dynamic_shapes category (a constraint violation under torch.compile is not "
-           "export); it lands separately", strict=False)
 
 # script, category, reproduced, compiler at fault
 CASES = [
@@ -35,8 +32,7 @@ CASES = [
     pytest.param(SCRIPTS / "user_error_matmul.py", "user_error", True, False, id="user_error"),
     pytest.param(SCRIPTS / "recompile_warning.py", "recompile", True, True, id="recompile_warning_exit_0"),
     pytest.param(EXAMPLES / "graph_break_logs_only.py", "graph_break", True, True, id="graph_break_logs_only"),
-    pytest.param(SCRIPTS / "mark_dynamic_violation.py", "dynamic_shapes", True, True, id="mark_dynamic",
-                 marks=DYNAMIC_SHAPES_XFAIL),
+    pytest.param(SCRIPTS / "mark_dynamic_violation.py", "dynamic_shapes", True, True, id="mark_dynamic"),
     pytest.param(SCRIPTS / "varying_numbers.py", "accuracy", True, True, id="varying_numbers"),
 ]
 

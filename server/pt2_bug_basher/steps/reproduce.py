@@ -99,9 +99,7 @@ def proving_runs(result: RunWithLogsResult) -> list[RunOutcome]:
 
 def localized_layer(store: Store, case_id: str) -> str | None:
     """The layer localize put the failure in, if it ran for this case."""
-    from pt2_bug_basher.reduce.ladder import localized
-
-    found = localized(store, case_id)
+    found = store.localization(case_id)
     return found.layer if found is not None and found.layer not in (None, "unknown") else None
 
 
