@@ -16,6 +16,7 @@ failing repro gets that far. PT2BB_FUZZ_EXAMPLES scales the examples per tool.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -28,7 +29,7 @@ from typing import Any
 import anyio
 import pytest
 from conftest_checkout import LARGE_TEST, seed_reproduction
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from mcp import Client
 from torch_checkout import add_test, git, make_mini_repo
@@ -58,6 +59,7 @@ UNGATED_DEFAULT_SHARE = 0.3
 # Calls past the gates, summed over the gated tools, at the default example count.
 MIN_PAST_GATE = 1000
 CALL_TIMEOUT_S = 120
+SLOW_CALL_S = 2.0
 
 GATE_REFUSALS = (" refused: step ", "the case is stopped")
 TEST_FILE = "test/test_ops.py"
@@ -296,7 +298,7 @@ def described_values(schema: dict) -> list[str]:
 
 HOSTILE_INTS = [0, -1, 1, 2, 8, 9, 10**12, -(10**12), 2**63]
 HOSTILE_SECONDS = [0.0, -1.0, 1e-9, 1e12, -(10.0**12), 2.0**63]  # JSON has no inf or NaN: a client sends null
-MIN_BUDGET_S = 5.0  # the smallest budget a reducer accepts
+MIN_BUDGET_S = 5.0  # the smallest budget the reducers accept
 
 
 def value_for(name: str, schema: dict, strings, defs: dict, depth: int = 0) -> st.SearchStrategy:
@@ -318,10 +320,8 @@ def value_for(name: str, schema: dict, strings, defs: dict, depth: int = 0) -> s
         return st.one_of(st.sampled_from(HOSTILE_INTS), st.integers())
     if kind == "number":
         if name.endswith("_s"):  # seconds: hostile, or short enough that nothing runs for long
-            short = st.floats(min_value=0.001, max_value=0.25)
-            if "budget" in name:
-                short = st.one_of(short, st.just(MIN_BUDGET_S))
-            return st.one_of(st.sampled_from(HOSTILE_SECONDS), short)
+            low = MIN_BUDGET_S if "budget" in name else 0.001
+            return st.one_of(st.sampled_from(HOSTILE_SECONDS), st.floats(min_value=low, max_value=low + 0.25))
         return st.one_of(st.sampled_from(HOSTILE_SECONDS), st.floats())
     if kind == "boolean":
         return st.booleans()
@@ -406,6 +406,7 @@ def test_every_tool_survives_hostile_arguments(fuzz: Fuzz, tool_name: str):
     target = fuzz.ready.get(tool_name, fuzz.scratch)
     outside_before = snapshot(fuzz.outside)
     outcomes: dict[str, int] = {}
+    slow: set[str] = set()
     started = time.monotonic()
 
     @settings(max_examples=examples_for(tool_name), deadline=None, database=None,
@@ -418,7 +419,12 @@ def test_every_tool_survives_hostile_arguments(fuzz: Fuzz, tool_name: str):
                 assert (await client.list_tools()).tools  # the server is still up and answering
             return outcome
 
+        key = json.dumps(arguments, sort_keys=True)
+        assume(key not in slow)  # hypothesis draws the same call again now and then: a slow one runs once
+        started_call = time.monotonic()
         outcome = anyio.run(call)
+        if time.monotonic() - started_call > SLOW_CALL_S:
+            slow.add(key)
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
         if arguments.get("case_id") == target.case_id:
             # Nothing a tool records on its own case closes its gate again.
