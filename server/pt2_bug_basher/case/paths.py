@@ -23,11 +23,12 @@ def check_text(value: str, what: str, max_chars: int = MAX_PATH_CHARS) -> str:
 def confine(path: str | os.PathLike[str], roots: tuple[Path, ...], what: str, base: Path | None = None) -> Path:
     """Resolve path (relative to base) and require it to lie under one of roots."""
     raw = check_text(os.fspath(path), what)
-    candidate = Path(raw).expanduser()
-    if not candidate.is_absolute() and base is not None:
-        candidate = base / candidate
     try:
+        candidate = Path(raw).expanduser()  # "~user/..." of an unknown user raises RuntimeError
+        if not candidate.is_absolute() and base is not None:
+            candidate = base / candidate
         resolved = candidate.resolve()
+        resolved.exists()  # raises for a name too long for the file system, or an unreadable directory
     except (OSError, RuntimeError) as exc:
         raise InvalidInput(f"{what} {raw!r} cannot be resolved: {exc}") from exc
     for root in roots:

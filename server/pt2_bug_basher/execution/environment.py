@@ -106,8 +106,12 @@ def resolve_interpreter(
     active = active_environment(environ)
     active_name = active[0] if active else None
     if python:
-        path = Path(python).expanduser()
-        if not path.exists():
+        try:
+            path = Path(python).expanduser()
+            exists = path.exists()
+        except (OSError, RuntimeError) as exc:  # "~user" of an unknown user, a name too long, ...
+            raise InvalidInput(f"python {python!r} cannot be used: {exc}") from exc
+        if not exists:
             raise InvalidInput(f"python {python!r} does not exist. Pass the full path of an interpreter.")
         if not os.access(path, os.X_OK) or path.is_dir():
             raise InvalidInput(f"python {python!r} is not an executable file.")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import shutil
 import time
 from pathlib import Path
@@ -186,6 +187,10 @@ async def _source(store, case, ref, script, budget_s, progress, work, result: Mi
 
     started = time.monotonic()
     original = script.read_text(errors="replace")
+    try:
+        ast.parse(original)
+    except (SyntaxError, ValueError) as exc:  # a NUL byte is a ValueError on some Python versions
+        raise InvalidInput(f"script {script} is not Python source the reducer can parse: {exc}") from exc
     result.before = size_of(original)
     reserve = min(budget_s * 0.3, ref.duration_s + 10.0)  # the fresh confirmation run
     deadline = started + max(1.0, budget_s - reserve)
