@@ -93,7 +93,8 @@ def test_double_large(self):
 def seed_test(store, case_id: str, test_file: str = "test/test_ops.py", class_name: str = "TestOps",
               method: str = "test_double_large", exception_type: str = "ValueError") -> None:
     """Registered-test evidence as register_test records it, for tests of later steps' refusals."""
-    store.add_evidence(case_id, "test", True, f"{class_name}.{method} fails (seeded)", tree_hash="seeded", data=TestEvidence(
+    store.add_evidence(case_id, "test", True, f"{class_name}.{method} fails (seeded)", tree_hash="seeded",
+                       data=TestEvidence(
         test_file=test_file, test_name=f"{class_name}.{method}", class_name=class_name, method=method,
         node_id=f"{test_file}::{class_name}::{method}", keyword=None, message="seeded",
         category="unknown", signature=None, exception_type=exception_type, frame=None,

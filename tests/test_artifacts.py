@@ -20,6 +20,7 @@ from typing import Any
 import anyio
 import pytest
 from mcp import Client
+from mcp.shared.exceptions import MCPError
 
 from pt2_bug_basher.artifacts.fx_graph import parse_annotation, parse_fx_graph
 from pt2_bug_basher.case.config import ServerConfig
@@ -320,7 +321,7 @@ async def test_artifact_resources_stay_in_the_case(session):
             f"case://{session.case_id}/artifacts/nope/output_code.py",
             "case://case-nope/artifacts/x/output_code.py",
         ):
-            with pytest.raises(Exception):
+            with pytest.raises(MCPError):
                 await client.read_resource(uri)
 
 

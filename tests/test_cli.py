@@ -104,7 +104,7 @@ def test_triage_json_says_where_it_left_the_case(tmp_path, schemas):
         assert call.tool not in ("check_env", "run_with_logs"), step
     # the first one works from where triage left the case: its gate is open
     first = parse_call(steps[0])
-    assert first.tool == "minify" and first.arguments["script"] == str(script)
+    assert first.tool == "localize" and first.arguments["script"] == str(script)  # step 3 starts with the ladder
     Workflow(Store(state), case_id, lambda: "tree").require(ToolName(first.tool))
     assert parse_call(steps[-1]).tool == "register_test"
 
@@ -118,7 +118,7 @@ def test_triage_human_report_lists_the_same_next_steps(tmp_path):
                "--state-dir", str(tmp_path / "state"), "--repo", str(repo), timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
-    assert "== Next steps" in out and "  1. minify(case_id=" in out
+    assert "== Next steps" in out and "  1. localize(case_id=" in out and "  2. minify(case_id=" in out
     assert "write a failing test in one of test/dynamo/test_repros.py" in out and "register_test(case_id=" in out
     assert "pt2-bug-basher call TOOL" in out
 

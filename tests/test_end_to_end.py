@@ -74,7 +74,8 @@ async def test_the_whole_method_on_a_torch_checkout(torch_checkout: TorchCheckou
         args = {"case_id": case_id}
 
         # Every gate refuses until its steps are done, naming the call that opens it.
-        await refused(client, "register_test", "step 2", "run_with_logs(", **args, test_file=TEST_FILE, test_name=TEST_NAME)
+        await refused(client, "register_test", "step 2", "run_with_logs(", **args, test_file=TEST_FILE,
+                      test_name=TEST_NAME)
         await refused(client, "make_worktree", "step 4", "register_test(", **args)
         await refused(client, "run_tests", "step 4", "register_test(", **args)
         await refused(client, "review_changes", "step 4", **args)
@@ -90,7 +91,8 @@ async def test_the_whole_method_on_a_torch_checkout(torch_checkout: TorchCheckou
         assert "reproduce" in repro["recorded"]
 
         # Step 3 is waived; step 4 refuses the catch-all file first.
-        await refused(client, "register_test", "step 3", "waive_step(", **args, test_file=TEST_FILE, test_name=TEST_NAME)
+        await refused(client, "register_test", "step 3", "waive_step(", **args, test_file=TEST_FILE,
+                      test_name=TEST_NAME)
         await ok(client, "waive_step", **args, step="reduce", reason="the repro is already six lines long")
         await refused(client, "register_test", "test/dynamo/test_misc.py is a catch-all file", TEST_FILE,
                       **args, test_file="test/dynamo/test_misc.py", test_name=TEST_NAME)

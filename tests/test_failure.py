@@ -77,7 +77,8 @@ def test_signature_ignores_addresses_paths_and_timings() -> None:
 
 
 def test_normalise_message() -> None:
-    msg = ("object at 0x7f3a2b1c00d0 in /tmp/torchinductor_root/4u/c4ukle6zwjohn2xwsjpc6v5jualdqmtcuvfnhxvqb4cfqnvxdrid.py "
+    msg = ("object at 0x7f3a2b1c00d0 in "
+           "/tmp/torchinductor_root/4u/c4ukle6zwjohn2xwsjpc6v5jualdqmtcuvfnhxvqb4cfqnvxdrid.py "
            "pid=8206 took 1.23s; __compiled_fn_12 cpp_fused_relu_3 [0/1] <eval_with_key>.1057 "
            "/var/folders/xy/abc/T/tmpk2/x.py max diff 3.34565806388855 shape torch.Size([64, 3])")
     out = normalise_message(msg)

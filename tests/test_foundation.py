@@ -232,7 +232,8 @@ def test_install_skill_copies_the_skill(tmp_path):
 def test_wheel_carries_skill_and_prompts(tmp_path):
     root = Path(__file__).resolve().parents[1]
     built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "dist"), str(root)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "dist"),
+         str(root)],
         capture_output=True, text=True, timeout=300,
     )
     assert built.returncode == 0, built.stderr[-2000:]

@@ -36,7 +36,8 @@ def inspect(tmp_path_factory):
     if node is None or not LAUNCHER.exists():
         if os.environ.get("CI"):
             pytest.fail("the MCP Inspector or Node.js is missing in CI: .ci/run must install them")
-        pytest.skip("MCP Inspector not installed (npm install --prefix .cache/inspector @modelcontextprotocol/inspector)")
+        pytest.skip("MCP Inspector not installed "
+                    "(npm install --prefix .cache/inspector @modelcontextprotocol/inspector)")
     root = tmp_path_factory.mktemp("inspector")
     (root / "repo").mkdir()
     home = root / "home"

@@ -6,6 +6,7 @@ import json
 import re
 import shutil
 import sys
+from pathlib import Path
 
 import anyio
 import yaml
@@ -45,7 +46,8 @@ def test_plugin_manifest_and_discovered_skill():
     # Skills are discovered as skills/<name>/SKILL.md at the plugin root; the directory name is the skill name.
     discovered = sorted(p.parent.name for p in (REPO_ROOT / "skills").glob("*/SKILL.md"))
     assert discovered == ["pt2-bug-basher"]
-    assert (REPO_ROOT / "skills" / "pt2-bug-basher" / "SKILL.md").read_text() == (REPO_ROOT / "skill" / "SKILL.md").read_text()
+    discovered_text = (REPO_ROOT / "skills" / "pt2-bug-basher" / "SKILL.md").read_text()
+    assert discovered_text == (REPO_ROOT / "skill" / "SKILL.md").read_text()
     # Component folders live at the plugin root, never inside .claude-plugin/.
     assert sorted(p.name for p in (REPO_ROOT / ".claude-plugin").iterdir()) == ["plugin.json"]
     servers = manifest["mcpServers"]
@@ -55,7 +57,7 @@ def test_plugin_manifest_and_discovered_skill():
 def test_project_mcp_json_starts_the_server(tmp_path):
     config = json.loads((REPO_ROOT / ".mcp.json").read_text())
     entry = config["mcpServers"]["pt2-bug-basher"]
-    command = shutil.which(entry["command"]) or str(__import__("pathlib").Path(sys.executable).parent / entry["command"])
+    command = shutil.which(entry["command"]) or str(Path(sys.executable).parent / entry["command"])
 
     async def listed():
         params = StdioServerParameters(command=command, args=[*entry["args"], "--state-dir", str(tmp_path / "s")],
@@ -69,8 +71,8 @@ def test_project_mcp_json_starts_the_server(tmp_path):
 def test_readme_tool_reference_matches_tools_list():
     import subprocess
 
-    out = subprocess.run([sys.executable, "-m", "pt2_bug_basher.mcp_server.readme", "--check"], capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run([sys.executable, "-m", "pt2_bug_basher.mcp_server.readme", "--check"], capture_output=True,
+                         text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     readme = (REPO_ROOT / "README.md").read_text()
     from pt2_bug_basher.mcp_server.tools import registered_modules

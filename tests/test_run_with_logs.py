@@ -164,7 +164,7 @@ def live_group_members(pgid: int) -> list[int]:
         if not entry.isdigit():
             continue
         try:
-            fields = open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
         if int(fields[2]) == pgid and fields[0] != "Z":
@@ -177,7 +177,8 @@ async def test_classify_error_on_text_and_on_a_run(module_config, case_id, examp
         "W1202 warning: something noisy\n" * 50
         + "Traceback (most recent call last):\n  File \"x.py\", line 3, in <module>\n    f()\n"
         + "torch._dynamo.exc.Unsupported: Attempted to call function marked as skipped\n"
-        + "\nSet TORCHDYNAMO_VERBOSE=1 for the internal stack trace (please do this especially if you're reporting a bug to PyTorch). For even more developer context, set TORCH_LOGS=\"+dynamo\"\n"
+        + "\nSet TORCHDYNAMO_VERBOSE=1 for the internal stack trace (please do this especially if you're reporting "
+          "a bug to PyTorch). For even more developer context, set TORCH_LOGS=\"+dynamo\"\n"
     )
     async with Client(create_server(module_config)) as client:
         plain = (await client.call_tool("classify_error", {"text": text})).structured_content

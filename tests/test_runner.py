@@ -103,7 +103,8 @@ async def test_stdin_is_closed(tmp_path: Path):
 
 
 async def test_200_mb_of_output_keeps_memory_flat_and_logs_capped(tmp_path: Path):
-    code = "import sys\nchunk = ('x' * 1023 + '\\n') * 1024\nfor i in range(200):\n    sys.stdout.write(chunk)\nprint('THE END')"
+    code = ("import sys\nchunk = ('x' * 1023 + '\\n') * 1024\nfor i in range(200):\n    sys.stdout.write(chunk)\n"
+            "print('THE END')")
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     outcome = await run_process(
         [sys.executable, "-c", code], cwd=tmp_path, env=dict(os.environ), timeout_s=120,

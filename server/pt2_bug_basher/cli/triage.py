@@ -118,6 +118,9 @@ def next_steps(report: TriageReport) -> list[str]:
     logged = report.with_logs is not None or bool(repro.logged_runs)
     if not (playbook.diagnostic.tool == ToolName.run_with_logs and logged):
         steps.append(diagnostic_call(category, case_id, script))  # the preset's logs were just collected
+    if playbook.diagnostic.tool != ToolName.localize:
+        # step 3 starts with the backend ladder: it says which layer fails, and which minifier fits
+        steps.append(format_call(ToolName.localize, case_id=case_id, script=script))
     if playbook.diagnostic.tool != ToolName.minify:
         steps.append(format_call(ToolName.minify, case_id=case_id, script=script, mode="auto"))
     topical = report.test_files[0] if report.test_files else "test/<area>/test_<topic>.py"
