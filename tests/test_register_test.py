@@ -179,7 +179,7 @@ async def test_register_test_needs_reproduction_and_reduction(mini: Mini):
     mini.reproduce(case_id, waive_reduce=False)
     text = error_text(await call(mini, "register_test", case_id=case_id, test_file="test/test_ops.py",
                                  test_name="test_halve"))
-    assert "step 3" in text and "minify" in text and "waive_step" in text
+    assert "step 3" in text and "localize(" in text and "waive_step" in text  # step 3 starts with the ladder
 
 
 # -- the static checks on their own ---------------------------------------------------------------
