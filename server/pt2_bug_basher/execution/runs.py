@@ -34,6 +34,13 @@ _ENV_NAME_CHARS = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz01234
 _PROTECTED_ENV = {"LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONHOME"}
 
 ProgressFn = Callable[[str], Awaitable[None]]
+CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
+
+
+def private_cache_env(store: Store, case_id: str) -> dict[str, str]:
+    """The case's own Inductor cache directory, so no state (compiled graphs, the compiler bisector's
+    files) leaks between cases or into other processes on the machine, and none leaks in."""
+    return {CACHE_ENV: str(store.case_dir(case_id) / "inductor-cache")}
 
 
 async def ignore_progress(message: str) -> None:
@@ -96,7 +103,7 @@ async def execute(
     run_dir = store.case_dir(case.case_id) / "runs" / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
     stdout_path, stderr_path = run_dir / "stdout.log", run_dir / "stderr.log"
-    additions = {**BASE_ENV, **(env_add or {})}
+    additions = {**BASE_ENV, **private_cache_env(store, case.case_id), **(env_add or {})}
     environ = {**os.environ, **additions}
     store.start_run(
         case.case_id, tool, argv, str(cwd), additions, str(stdout_path), str(stderr_path), os.getpid(), run_id=run_id

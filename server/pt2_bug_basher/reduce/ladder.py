@@ -22,7 +22,7 @@ from pt2_bug_basher.domain.evidence import LadderRowRecord, LocalizeRecord, Repr
 from pt2_bug_basher.domain.names import Step
 from pt2_bug_basher.execution.cpus import usable_cpus
 from pt2_bug_basher.execution.runner import ProcessOutcome
-from pt2_bug_basher.execution.runs import BASE_ENV, RunResult, execute
+from pt2_bug_basher.execution.runs import BASE_ENV, RunResult, execute, private_cache_env
 
 PROBES = Path(__file__).resolve().parents[1] / "_probes"
 LAUNCHER = PROBES / "launcher.py"
@@ -73,6 +73,7 @@ def load_reference(store: Store, case: CaseRecord) -> Reference:
             env = {k: v for k, v in run.env.items() if k not in BASE_ENV}
         if run.ended_at:
             durations.append(run.ended_at - run.started_at)
+    env.update(private_cache_env(store, case.case_id))
     return Reference(
         case_id=case.case_id, script=Path(data.script), args=list(data.args),
         signature=data.signature, category=data.category or "unknown",
