@@ -162,6 +162,15 @@ class LadderRowRecord(BaseModel):
     seconds: float | None = None
 
 
+class Suspect(BaseModel):
+    """A place in torch's source that may hold the bug, most likely first in any list of them."""
+
+    file: str = Field(description="relative to the torch checkout (or to the installed torch's parent)")
+    line: int | None = None
+    function: str = Field(description="qualified name of the function (or config knob)")
+    why: str = Field(description="the evidence that points here")
+
+
 class LocalizeRecord(EvidencePayload):
     """What localize found; kept beside the step evidence (localize completes no step of its own)."""
 
@@ -169,6 +178,7 @@ class LocalizeRecord(EvidencePayload):
     layer: str | None = None
     signature: str | None = None
     table: list[LadderRowRecord] = Field(default_factory=list)
+    suspects: list[Suspect] = Field(default_factory=list)
 
 
 EVIDENCE_MODELS: dict[Step, type[EvidencePayload]] = {
