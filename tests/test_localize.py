@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import shutil
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import EXAMPLES
 from mcp import Client
 
 from pt2_bug_basher.case.config import ServerConfig
+from pt2_bug_basher.case.store import Store
 from pt2_bug_basher.mcp_server.server import create_server
 
 pytestmark = pytest.mark.anyio
@@ -31,6 +33,12 @@ async def reproduced(client: Client, config: ServerConfig, name: str) -> str:
                                                    "script": str(config.default_repo / "examples" / name)})
     assert run.structured_content["reproduced"], run.structured_content
     return case_id
+
+
+def torch_file(relative: str) -> Path:
+    import torch
+
+    return Path(torch.__file__).parent.parent / relative
 
 
 def rows(data: dict) -> dict[tuple[str, str], str]:
@@ -66,13 +74,14 @@ async def test_graph_break_fails_in_eager_so_dynamo(module_config):
 async def test_inductor_relu_injection_fails_only_in_inductor(module_config):
     async with Client(create_server(module_config)) as client:
         case_id = await reproduced(client, module_config, "runtime_error.py")
-        data = (await client.call_tool("localize", {"case_id": case_id})).structured_content
+        data = (await client.call_tool("localize", {"case_id": case_id, "bisect_budget_s": 0})).structured_content
     table = rows(data)
     assert [table[(b, "script")] for b in ("eager", "aot_eager", "aot_eager_decomp_partition")] == ["passes"] * 3
     assert table[("inductor", "script")] == "same failure"
     assert data["first_failing"] == "inductor" and data["layer"] == "Inductor"
     assert 'after="aot"' in data["minifier"]
     assert {r["dynamic"] for r in data["table"]} == {"script", "False", "True"}
+    assert data["bisection"] is None and any("bisect_budget_s=0" in n for n in data["notes"])
 
 
 @pytest.mark.slow
@@ -84,3 +93,22 @@ async def test_accuracy_failure_only_in_inductor(module_config):
     assert table[("eager", "script")] == "passes" and table[("aot_eager", "script")] == "passes"
     assert table[("inductor", "script")] == "same failure", data["table"]
     assert data["layer"] == "Inductor"
+    # below the backend: the compiler bisector's subsystems, then the lowering applications
+    bisection = data["bisection"]
+    assert bisection["subsystem"] == "lowerings" and bisection["kind"] == "bisect", bisection
+    assert bisection["culprit"]["subject"] == "aten.relu.default", bisection["culprit"]
+    assert bisection["result"].startswith("BisectionResult(backend='inductor', subsystem='lowerings'")
+    fixed_by = {t["subsystem"] for t in bisection["trials"] if t["max_enabled"] == -1 and t["outcome"] == "fixed"}
+    assert fixed_by == {"lowerings"}, bisection["trials"]
+    assert "cudagraphs" not in {t["subsystem"] for t in bisection["trials"]}  # a CPU-only torch
+    # the first suspect is the C++ code generator of relu, where the testing hook corrupts it
+    top = data["suspects"][0]
+    assert top["file"] == "torch/_inductor/codegen/cpp.py" and top["function"].endswith("Overrides.relu"), top
+    body = "".join(torch_file(top["file"]).read_text().splitlines(keepends=True)[top["line"] - 1: top["line"] + 15])
+    assert "inject_relu_bug_TESTING_ONLY" in body
+    # every trial is a recorded run with the case's own cache directory, never the machine's
+    store = Store(module_config.state_dir)
+    for trial in bisection["trials"]:
+        run = store.get_run(trial["run_id"], case_id)
+        assert Path(run.env["TORCHINDUCTOR_CACHE_DIR"]).is_relative_to(module_config.state_dir)
+        assert run.env["TORCH_BISECT_SUBSYSTEM"] == trial["subsystem"]

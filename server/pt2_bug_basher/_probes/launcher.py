@@ -1,12 +1,13 @@
 """Run a repro script with torch.compile's backend and/or `dynamic` forced, without editing it.
 
-    python launcher.py [--backend NAME] [--dynamic true|false] [--mark] -- script.py [args...]
+    python launcher.py [--backend NAME] [--dynamic true|false] [--no-mark] [--bisect-trace] -- script.py [args...]
 
 Patches `torch.compile` and `torch._dynamo.optimize` before the script runs, then runs the script
 as `__main__` (its own directory first on sys.path, its own argv), so the failure is reported as
 if the script had been run directly. With a non-Inductor backend, Inductor-only arguments (`mode`,
 `options`) are dropped. Each patched call prints one line starting with `PT2BB-LAUNCHER:` to
-stderr, so the caller can tell that the script reached torch.compile at all.
+stderr, so the caller can tell that the script reached torch.compile at all. `--bisect-trace`
+prints each application of the subsystem the compiler bisector is bisecting (`bisect_probe.py`).
 
 Runs in the interpreter under investigation; imports nothing from pt2_bug_basher. Also imported by
 the fork server (`forkserver.py`, same folder), which calls `run_script` in forked children.
@@ -127,10 +128,22 @@ def print_exception(exc: BaseException) -> None:
 _OWN_FILES = {_THIS, os.path.join(os.path.dirname(_THIS), "forkserver.py")}
 
 
+def install_bisect_trace() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("pt2bb_bisect_probe", os.path.join(os.path.dirname(_THIS),
+                                                                                     "bisect_probe.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.install_trace()
+
+
 def main(argv: list[str]) -> int:
     backend = None
     dynamic = "keep"
     mark = True
+    bisect_trace = False
     i = 0
     while i < len(argv) and argv[i] != "--":
         if argv[i] == "--backend":
@@ -142,6 +155,9 @@ def main(argv: list[str]) -> int:
         elif argv[i] == "--no-mark":
             mark = False
             i += 1
+        elif argv[i] == "--bisect-trace":
+            bisect_trace = True
+            i += 1
         else:
             print(f"launcher: unknown option {argv[i]!r}", file=sys.stderr)
             return 2
@@ -150,6 +166,8 @@ def main(argv: list[str]) -> int:
         print("launcher: no script given (launcher.py [options] -- script.py [args])", file=sys.stderr)
         return 2
     patch_torch(backend, dynamic, mark)
+    if bisect_trace:
+        install_bisect_trace()
     try:
         run_script(rest[0], rest[1:])
     except SystemExit:

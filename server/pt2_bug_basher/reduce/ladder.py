@@ -9,16 +9,19 @@ accuracy failures category). The comparison used is always reported.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import anyio
 from pydantic import BaseModel, Field
 
 from pt2_bug_basher.analysis.compare import RERUN_OR_ACCURACY, Failure, describe, run_failure, same_failure
 from pt2_bug_basher.case.store import CaseRecord, Store
+from pt2_bug_basher.domain.bisection import BisectReport
 from pt2_bug_basher.domain.errors import InvalidInput
-from pt2_bug_basher.domain.evidence import LadderRowRecord, LocalizeRecord, ReproduceEvidence
+from pt2_bug_basher.domain.evidence import LadderRowRecord, LocalizeRecord, ReproduceEvidence, Suspect
 from pt2_bug_basher.domain.names import Step
 from pt2_bug_basher.execution.cpus import usable_cpus
 from pt2_bug_basher.execution.runner import ProcessOutcome
@@ -116,6 +119,11 @@ class LocalizeResult(BaseModel):
     dynamic_shapes: str | None = Field(None, description="what the dynamic=False/True rungs say")
     comparison: str = Field(description="how outcomes were compared with the case's failure")
     minifier: str = Field(description="the minify call that fits this layer")
+    bisection: BisectReport | None = Field(
+        None, description="below the backend: the compiler bisector's subsystems, switched off one by one, then "
+                          "the count of the one that fixes it searched down to one application")
+    suspects: list[Suspect] = Field(default_factory=list, description="where in torch's source to look, most likely "
+                                                                      "first (file relative to the torch checkout)")
     notes: list[str] = Field(default_factory=list)
     next_step: str
 
@@ -144,9 +152,11 @@ def _outcome(verdict: Failure, match: str | None, compiled: bool) -> str:
 
 async def localize(
     store: Store, case: CaseRecord, ref: Reference, script: Path, *, progress, cwd: Path | None = None,
+    limiter: anyio.CapacityLimiter | None = None, below: Callable[[str], Coroutine[Any, Any, None]] | None = None,
 ) -> LocalizeResult:
+    """The ladder; `below(first_failing)` runs beside the dynamic=False/True rungs, within the same limiter."""
     timeout = run_timeout(ref)
-    limiter = anyio.CapacityLimiter(usable_cpus())
+    limiter = limiter or anyio.CapacityLimiter(usable_cpus())
 
     async def rung(backend: str, dynamic: str) -> LadderRow:
         argv = [case.python, str(LAUNCHER), "--backend", backend]
@@ -184,6 +194,8 @@ async def localize(
         async with anyio.create_task_group() as group:
             for dyn in ("False", "True"):
                 group.start_soon(put, first, dyn)
+            if below is not None:
+                group.start_soon(below, first)
         static, dynamic = rows[(first, "False")], rows[(first, "True")]
         table += [static, dynamic]
         if static.outcome != "same failure" and dynamic.outcome == "same failure":

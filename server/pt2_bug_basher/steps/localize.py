@@ -1,21 +1,91 @@
-"""Step 3, first half (localize): the backend ablation ladder, to find the layer that fails."""
+"""Step 3, first half (localize): the backend ablation ladder, then the compiler bisector's subsystems
+below the failing backend, then suspects in torch's source."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import anyio
+
+from pt2_bug_basher.analysis.suspects import bisect_suspects, exception_suspects
+from pt2_bug_basher.case.pages import read_tail
 from pt2_bug_basher.case.state import AppState
+from pt2_bug_basher.domain.bisection import BisectReport
 from pt2_bug_basher.domain.names import ToolName
+from pt2_bug_basher.execution.cpus import usable_cpus
 from pt2_bug_basher.execution.runs import ProgressFn, ignore_progress
-from pt2_bug_basher.reduce.ladder import LocalizeResult, load_reference
+from pt2_bug_basher.reduce.bisect import (
+    BISECTABLE_BACKENDS,
+    DEFAULT_BUDGET_S,
+    BisectorTable,
+    bisect_below,
+    read_table,
+)
+from pt2_bug_basher.reduce.ladder import LocalizeResult, Reference, load_reference
 from pt2_bug_basher.reduce.ladder import localize as run_ladder
 
 
 async def localize(
-    state: AppState, case_id: str, script: str | None = None, *, progress: ProgressFn | None = None,
+    state: AppState, case_id: str, script: str | None = None, *, bisect_budget_s: float = DEFAULT_BUDGET_S,
+    progress: ProgressFn | None = None,
 ) -> LocalizeResult:
-    """Rerun the repro (default: the reproduction's script) at each rung of the backend ladder."""
+    """Rerun the repro (default: the reproduction's script) at each rung of the backend ladder; below a
+    failing AOTAutograd-decomposition or Inductor backend, bisect its subsystems (budget 0: skip)."""
     flow = await state.gate(ToolName.localize, case_id)
     case = flow.case
+    progress = progress or ignore_progress
     ref = load_reference(state.store, case)
     path = state.script_file(case, script or str(ref.script))
-    return await run_ladder(state.store, case, ref, path, progress=progress or ignore_progress)
+    limiter = anyio.CapacityLimiter(usable_cpus())
+    found: dict[str, BisectReport] = {}
+    tables: dict[str, BisectorTable] = {}
+    table_read = anyio.Event()
+    problems: list[str] = []
 
+    async def read() -> None:
+        try:
+            tables["table"] = await read_table(state.store, case, path.parent)
+        except Exception as exc:  # noqa: BLE001 - an older torch without the bisector: the ladder still stands
+            problems.append(f"the compiler bisector could not be read from the case's torch: {exc}")
+        finally:
+            table_read.set()
+
+    async def below(first: str) -> None:
+        if first in BISECTABLE_BACKENDS and bisect_budget_s > 0:
+            await table_read.wait()
+            if "table" not in tables:
+                return
+            found["report"] = await bisect_below(state.store, case, ref, path, first, progress=progress,
+                                                 cwd=path.parent, budget_s=bisect_budget_s,
+                                                 table=tables.get("table"), limiter=limiter)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(read)
+        result = await run_ladder(state.store, case, ref, path, progress=progress, limiter=limiter, below=below)
+    result.notes += problems
+    if "report" in found:
+        result.bisection = found["report"]
+        result.suspects = bisect_suspects(result.bisection)
+    elif result.first_failing in BISECTABLE_BACKENDS and bisect_budget_s == 0:
+        result.notes.append("bisection below the backend was skipped (bisect_budget_s=0).")
+    if ref.category != "accuracy":  # a mismatch is raised by the comparison, not where the bug is
+        result.suspects += [s for s in exception_suspects(_reproduction_errors(state, ref))
+                            if (s.file, s.line) not in {(t.file, t.line) for t in result.suspects}]
+    if result.suspects:
+        top = result.suspects[0]
+        result.meaning += f" First suspect: {top.function} at {top.file}:{top.line} ({top.why})."
+    record = state.store.localization(case_id)
+    if record is not None:
+        record.suspects = result.suspects
+        state.store.set_localization(case_id, record)
+    return result
+
+
+def _reproduction_errors(state: AppState, ref: Reference) -> str:
+    for run_id in ref.run_ids[:1]:
+        try:
+            run = state.store.get_run(run_id, ref.case_id)
+        except Exception:  # noqa: BLE001 - a missing run only loses its frames
+            return ""
+        return read_tail(Path(run.stderr_path), 4 * 1024 * 1024) or "" if run.stderr_path else ""
+    return ""

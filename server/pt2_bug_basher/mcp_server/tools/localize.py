@@ -2,25 +2,36 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
+from pydantic import Field
 
 from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.domain.names import ToolName
 from pt2_bug_basher.mcp_server.tools._base import RUNS_CODE, CaseId, DefaultRepro, progress_reporter, tool_errors
+from pt2_bug_basher.reduce.bisect import DEFAULT_BUDGET_S
 from pt2_bug_basher.reduce.ladder import LocalizeResult
 from pt2_bug_basher.steps import localize as localize_step
+
+BisectBudget = Annotated[float, Field(ge=0, le=7200, description="seconds for the bisection below the backend; "
+                                                                 "0 skips it (the ladder alone)")]
 
 
 def register(mcp: MCPServer, state: AppState) -> None:
     @mcp.tool(name=ToolName.localize.value, title="Step 3: localise the failing layer (backend ladder)",
               annotations=RUNS_CODE)
     @tool_errors
-    async def localize(ctx: Context, case_id: CaseId, script: DefaultRepro = None) -> LocalizeResult:
+    async def localize(ctx: Context, case_id: CaseId, script: DefaultRepro = None,
+                       bisect_budget_s: BisectBudget = DEFAULT_BUDGET_S) -> LocalizeResult:
         """Rerun the repro with torch.compile's backend swapped (eager, aot_eager,
         aot_eager_decomp_partition, inductor) and, at the lowest failing backend, with dynamic=False
-        and dynamic=True, without editing the script. Returns one table of which configurations fail
-        the case's way (and which fail differently), the layer that implies (Dynamo, AOTAutograd,
-        decompositions, Inductor, dynamic shapes), how failures were compared, and the minify call
-        that fits."""
-        return await localize_step.localize(state, case_id, script, progress=progress_reporter(ctx))
+        and dynamic=True, without editing the script. Below a failing decomposition or Inductor
+        backend, PyTorch's compiler-bisector subsystems (passes, config switches, lowerings,
+        decompositions) are switched off side by side, then the guilty one's applications are
+        searched down to one. Returns the table, the layer (Dynamo, AOTAutograd, decompositions,
+        Inductor, dynamic shapes), the bisection, suspects as file:line in torch's source (most
+        likely first), how failures were compared, and the minify call that fits."""
+        return await localize_step.localize(state, case_id, script, bisect_budget_s=bisect_budget_s,
+                                            progress=progress_reporter(ctx))

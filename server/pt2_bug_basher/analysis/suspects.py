@@ -1,0 +1,120 @@
+"""Suspects: places in torch's source that may hold the bug, most likely first.
+
+From a bisection (the function that implements the guilty lowering, decomposition or pass, then
+the helpers only it uses, found by reading its module with `ast`), from a config switch that fixes
+the failure (the knob), and from an exception raised inside torch (the innermost torch frames that
+are not compile plumbing).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections import Counter
+from pathlib import Path
+
+from pt2_bug_basher.analysis.failure import parse
+from pt2_bug_basher.domain.bisection import BisectReport, SourceSite
+from pt2_bug_basher.domain.evidence import Suspect
+
+MAX_HELPERS = 3
+MAX_FRAMES = 3
+HELPER_USERS_LIMIT = 3
+# Frames that only pass a call through: the entry points, wrappers and dispatch of the compile stack.
+PLUMBING_FILES = re.compile(
+    r"torch/_dynamo/(eval_frame|convert_frame|external_utils|exc|repro/[^/]+|backends/[^/]+)\.py$"
+    r"|torch/_inductor/(compile_fx|standalone_compile)\.py$|torch/_utils_internal\.py$|torch/_compile\.py$"
+    r"|torch/nn/modules/module\.py$|torch/utils/_contextlib\.py$|torch/_dynamo/output_graph\.py$"
+    r"|torch/testing/"
+)
+PLUMBING_FUNCTIONS = re.compile(
+    r"^(_fn|fn|inner|wrapper|wrapped|_wrapped_call_impl|_call_impl|__call__|call_user_compiler|"
+    r"_call_user_compiler|time_wrapper|dynamo_timed|debug_wrapper|compile_inner|_compile|run_node|"
+    r"step|run|inline_call_|call_function|call_method)$"
+)
+
+
+def relative_torch_path(path: str) -> str:
+    cut = path.replace("\\", "/").rfind("/torch/")
+    return path[cut + 1:] if cut >= 0 else path
+
+
+def bisect_suspects(report: BisectReport) -> list[Suspect]:
+    if report.config is not None:
+        return [Suspect(file=report.config.file, line=report.config.line, function=report.config.function,
+                        why=report.meaning)]
+    culprit = report.culprit
+    if culprit is None:
+        return []
+    what = f"{report.subsystem} #{report.bisect_number}: {culprit.subject or culprit.debug}"
+    out: list[Suspect] = []
+    for site in culprit.sites:
+        kind = "generates the code for" if "Overrides." in site.function else "implements"
+        out.append(Suspect(file=site.file, line=site.line, function=site.function,
+                           why=f"{kind} {what}, the application the bisection isolated"))
+    if culprit.sites and "<locals>" not in culprit.sites[-1].function:  # a factory's closure: its helpers are generic
+        out += _helpers(culprit.sites[-1], what)
+    return _unique(out)
+
+
+def _helpers(site: SourceSite, what: str) -> list[Suspect]:
+    """Module-level functions the implementing function calls that few other functions use (specific helpers)."""
+    try:
+        tree = ast.parse(Path(site.abs).read_text())
+    except (OSError, SyntaxError, ValueError):
+        return []
+    top = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
+    target = next((n for n in top.values() if n.lineno <= site.line <= (n.end_lineno or n.lineno)), None)
+    if target is None:
+        return []
+    users: Counter[str] = Counter()
+    for node in top.values():
+        for name in {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and n.id in top and n.id != node.name}:
+            users[name] += 1
+    called = [n.id for n in ast.walk(target) if isinstance(n, ast.Name) and n.id in top and n.id != target.name]
+    ranked = sorted(dict.fromkeys(called), key=lambda name: (users[name], called.index(name)))
+    out: list[Suspect] = []
+    for name in ranked:
+        if users[name] > HELPER_USERS_LIMIT or len(out) >= MAX_HELPERS:
+            continue
+        node = top[name]
+        others = users[name] - 1
+        out.append(Suspect(file=site.file, line=node.lineno, function=name,
+                           why=f"called by {target.name} (which {what.split(':')[0]} runs)"
+                               + (f"; used by {others} other function(s) of its module" if others else
+                                  "; used by no other function of its module")))
+    return out
+
+
+def exception_suspects(error_text: str) -> list[Suspect]:
+    """The innermost torch frames of the first exception raised inside torch, plumbing skipped."""
+    parsed = parse(error_text)
+    for block in parsed.blocks:
+        frames = [f for f in block.frames if f.in_torch]
+        if not frames:
+            continue
+        exc = block.exc
+        raised = f"{exc.type}" if exc is not None and getattr(exc, "type", None) else "the exception"
+        out: list[Suspect] = []
+        for depth, frame in enumerate(reversed(frames)):
+            rel = relative_torch_path(frame.file)
+            if PLUMBING_FILES.search(rel) or PLUMBING_FUNCTIONS.match(frame.function):
+                continue
+            why = (f"innermost torch frame of {raised}" if not out else
+                   f"calls the frame above ({depth} frame(s) out from where {raised} was raised)")
+            out.append(Suspect(file=rel, line=frame.line, function=frame.function, why=why))
+            if len(out) >= MAX_FRAMES:
+                break
+        if out:
+            return out
+    return []
+
+
+def _unique(suspects: list[Suspect]) -> list[Suspect]:
+    seen: set[tuple[str, int | None]] = set()
+    out = []
+    for s in suspects:
+        if (s.file, s.line) not in seen:
+            seen.add((s.file, s.line))
+            out.append(s)
+    return out

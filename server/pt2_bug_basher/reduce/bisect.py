@@ -1,0 +1,292 @@
+"""Below the backend: PyTorch's compiler-bisector subsystems, tried side by side.
+
+The subsystems are read from the case's torch (`torch._inductor.compiler_bisector.BACKENDS`) at run
+time. Each trial is one fresh process of the repro under the ladder's launcher, steered by the
+bisector's environment variables (`TORCH_BISECT_BACKEND`, `TORCH_BISECT_SUBSYSTEM`,
+`TORCH_BISECT_MAX`) and judged by the case's own failure with the ladder's comparison. First every
+subsystem is switched off on its own (in the bisector's order, as many at a time as there are cores;
+the first that fixes the failure wins, as it would for the bisector); then the count of applications
+of that subsystem is searched with several probes per round until one application is left. Each
+trial prints the applications it saw (`bisect_probe.py`), so the culprit comes with the op or pass
+it concerns and the source of the function that implements it.
+
+Trials use a cache directory of their own under the case (holding the bisector's config files) and
+run with Inductor's graph caches off, so no bisection state reaches any other process and no cached
+graph hides a subsystem's effect.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import anyio
+from pydantic import BaseModel
+
+from pt2_bug_basher.analysis.compare import RERUN_OR_ACCURACY, run_failure, same_failure
+from pt2_bug_basher.case.store import CaseRecord, Store
+from pt2_bug_basher.domain.bisection import Application, BisectReport, BisectTrial, SourceSite
+from pt2_bug_basher.execution.cpus import usable_cpus
+from pt2_bug_basher.execution.runner import run_captured
+from pt2_bug_basher.execution.runs import CACHE_ENV, ProgressFn, execute
+from pt2_bug_basher.reduce.ladder import LAUNCHER, PROBES, Reference, run_timeout
+
+BISECT_PROBE = PROBES / "bisect_probe.py"
+TRACE_MARK = "PT2BB-BISECT:"
+BISECTABLE_BACKENDS = ("aot_eager_decomp_partition", "inductor")
+DEFAULT_BUDGET_S = 900.0
+MAX_APPLICATIONS = 1_000_000
+# No cached graph may hide a subsystem's effect; compiled kernels (keyed by their source) stay cached.
+# One compile thread: trials already run one per core.
+TRIAL_CACHES = {"TORCHINDUCTOR_FX_GRAPH_CACHE": "0", "TORCHINDUCTOR_AUTOGRAD_CACHE": "0",
+                "TORCHINDUCTOR_COMPILE_THREADS": "1"}
+
+CONFIG_MEANING = {
+    "fallback_random": "Inductor's random ops draw different numbers from eager's unless fallback_random=True: "
+                       "a mismatch in values that depend on RNG is expected, not a bug.",
+    "emulate_precision_casts": "emulating eager's rounding of low-precision intermediates fixes it: the "
+                               "difference is the expected numerics of fusion (intermediates kept in higher "
+                               "precision), usually not a bug; compare against a float64 reference.",
+    "layout_optimization": "Inductor's layout optimisation (channels-last convolutions) changes the result: "
+                           "look at the layout decisions and the ops that consume the converted tensors.",
+    "comprehensive_padding": "stride padding changes the result: an op assumes contiguous or unpadded strides.",
+    "cse": "common-subexpression elimination in AOTAutograd's graph changes the result: two ops that are not "
+           "equivalent were merged (side effects, RNG or aliasing).",
+}
+
+
+class Subsystem(BaseModel):
+    name: str
+    kind: str
+    config_name: str | None = None
+    field: str | None = None
+    value: str | None = None
+    knob: SourceSite | None = None
+
+
+class BisectorTable(BaseModel):
+    backends: dict[str, list[Subsystem]]
+    cuda: bool
+    torch_parent: str
+
+
+async def read_table(store: Store, case: CaseRecord, cwd: Path) -> BisectorTable:
+    """The case's torch's BACKENDS table (its subsystems, in the bisector's order)."""
+    captured = await run_captured([case.python, str(BISECT_PROBE), "table"], cwd=cwd,
+                                  env=_environ({}), timeout_s=120.0, scratch_dir=store.case_dir(case.case_id))
+    if captured.outcome.exit_code != 0:
+        raise RuntimeError(f"reading the compiler bisector's table failed: {captured.stderr[-800:]}")
+    return BisectorTable.model_validate_json(captured.stdout.strip().splitlines()[-1])
+
+
+def _environ(extra: dict[str, str]) -> dict[str, str]:
+    import os
+
+    return {**os.environ, **extra}
+
+
+def parse_trace(stderr: str, subsystem: str) -> list[Application]:
+    seen: list[Application] = []
+    for line in stderr.splitlines():
+        if not line.startswith(TRACE_MARK):
+            continue
+        try:
+            data = json.loads(line[len(TRACE_MARK):])
+        except ValueError:
+            continue
+        if data.get("subsystem") == subsystem:
+            seen.append(Application.model_validate(data))
+    return seen
+
+
+class _Trials:
+    """Runs trials for one backend within the cores and the budget, recording each."""
+
+    def __init__(self, store: Store, case: CaseRecord, ref: Reference, script: Path, backend: str, cwd: Path,
+                 progress: ProgressFn, deadline: float, limiter: anyio.CapacityLimiter) -> None:
+        self.store, self.case, self.ref, self.script, self.backend = store, case, ref, script, backend
+        self.cwd, self.progress, self.deadline = cwd, progress, deadline
+        self.cache_dir = store.case_dir(case.case_id) / "bisect-cache"
+        self.limiter = limiter
+        self.trials: list[BisectTrial] = []
+        self.timeout = run_timeout(ref)
+
+    def write_config(self, sub: Subsystem) -> None:
+        """The bisector reads a config switch from `<cache>/bisect/<backend>/<name>_config.txt`."""
+        path = self.cache_dir / "bisect" / self.backend / f"{sub.name}_config.txt"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"{sub.field}={sub.value}\n")
+
+    async def run(self, sub: Subsystem, max_enabled: int | None) -> tuple[BisectTrial, list[Application]]:
+        env = {**self.ref.env, CACHE_ENV: str(self.cache_dir), **TRIAL_CACHES,
+               "TORCH_BISECT_BACKEND": self.backend, "TORCH_BISECT_SUBSYSTEM": sub.name}
+        if max_enabled is not None:
+            env["TORCH_BISECT_MAX"] = str(max_enabled)
+        argv = [self.case.python, str(LAUNCHER), "--backend", self.backend, "--bisect-trace", "--",
+                str(self.script), *self.ref.args]
+        label = f"bisect {self.backend}/{sub.name}" + (f" max={max_enabled}" if max_enabled is not None else "")
+        async with self.limiter:
+            if time.monotonic() > self.deadline:
+                trial = BisectTrial(subsystem=sub.name, max_enabled=max_enabled, outcome="skipped")
+                self.trials.append(trial)
+                return trial, []
+            started = time.monotonic()
+            result = await execute(self.store, self.case, argv, tool="localize", cwd=self.cwd, env_add=env,
+                                   timeout_s=self.timeout, progress=self.progress, label=label)
+        verdict = run_failure(result)
+        if verdict.timed_out:
+            outcome = "timeout"
+        elif same_failure(verdict, self.ref.failure, RERUN_OR_ACCURACY).level:
+            outcome = "same failure"
+        elif verdict.failed:
+            outcome = "different failure"
+        else:
+            outcome = "fixed"
+        trial = BisectTrial(subsystem=sub.name, max_enabled=max_enabled, outcome=outcome, run_id=result.run_id,
+                            seconds=round(time.monotonic() - started, 1))
+        self.trials.append(trial)
+        await self.progress(f"{label}: {outcome}")
+        return trial, parse_trace(result.stderr_text(16 * 1024 * 1024), sub.name)
+
+
+async def _first_fixer(trials: _Trials, subsystems: list[Subsystem]
+                       ) -> tuple[Subsystem | None, list[Application], list[str]]:
+    """Switch each subsystem off on its own, in order, several at once; stop once the first fixer is known."""
+    outcomes: dict[int, tuple[BisectTrial, list[Application]]] = {}
+    decided: list[int] = []
+
+    def settle() -> bool:
+        for i in range(len(subsystems)):
+            if i not in outcomes:
+                return False
+            if outcomes[i][0].outcome == "fixed":
+                decided.append(i)
+                return True
+        return True
+
+    async with anyio.create_task_group() as group:
+        async def one(i: int) -> None:
+            sub = subsystems[i]
+            if sub.kind == "config":
+                trials.write_config(sub)
+            outcomes[i] = await trials.run(sub, None if sub.kind == "config" else -1)
+            if settle():
+                group.cancel_scope.cancel()
+
+        for i in range(len(subsystems)):
+            group.start_soon(one, i)
+    differing = [subsystems[i].name for i, (t, _) in sorted(outcomes.items()) if t.outcome == "different failure"]
+    if not decided:
+        return None, [], differing
+    index = decided[0]
+    return subsystems[index], outcomes[index][1], differing
+
+
+async def _search(trials: _Trials, sub: Subsystem, count: int
+                  ) -> tuple[int | None, dict[int, list[Application]], tuple[int, int]]:
+    """Smallest m such that applications 0..m on (the rest off) fail the case's way.
+
+    f(-1) is known false (all off fixes it) and f(count-1) is taken as true (all on is the reproduction)
+    until a trial shows otherwise; each round probes as many points as there are cores, evenly spread
+    over the open range. The answer is always a point some trial saw fail.
+    """
+    lo, hi = -1, max(count - 1, 0)
+    seen: dict[int, list[Application]] = {}
+    width = max(1, int(trials.limiter.total_tokens))
+    while True:
+        if hi == lo + 1 and hi in seen:
+            return hi, seen, (lo, hi)
+        if time.monotonic() > trials.deadline:
+            return None, seen, (lo, hi)
+        span = hi - lo
+        points = sorted({lo + round(k * span / (width + 1)) for k in range(1, width + 1)})
+        points = [p for p in points if lo < p < hi] or [hi]
+        fails: dict[int, bool | None] = {}
+        async with anyio.create_task_group() as group:
+            for point in points:
+                group.start_soon(_probe, trials, sub, point, seen, fails)
+        if any(value is None for value in fails.values()):
+            return None, seen, (lo, hi)
+        failing = [p for p in sorted(fails) if fails[p]]
+        if failing:
+            hi = failing[0]
+            lo = max([lo, *(p for p in fails if not fails[p] and p < hi)])
+        elif max(fails) >= hi:  # all counted applications on and it passes: there are more than counted
+            if hi >= MAX_APPLICATIONS:
+                return None, seen, (lo, hi)
+            lo, hi = hi, 2 * hi + 1
+        else:
+            lo = max(fails)
+
+
+async def _probe(trials: _Trials, sub: Subsystem, point: int, seen: dict[int, list[Application]],
+                 fails: dict[int, bool | None]) -> None:
+    trial, apps = await trials.run(sub, point)
+    seen[point] = apps
+    fails[point] = None if trial.outcome == "skipped" else trial.outcome == "same failure"
+
+
+async def bisect_below(store: Store, case: CaseRecord, ref: Reference, script: Path, backend: str, *,
+                       progress: ProgressFn, cwd: Path, budget_s: float = DEFAULT_BUDGET_S,
+                       table: BisectorTable | None = None, limiter: anyio.CapacityLimiter | None = None
+                       ) -> BisectReport:
+    started = time.monotonic()
+    table = table or await read_table(store, case, cwd)
+    notes: list[str] = []
+    subsystems = list(table.backends.get(backend, []))
+    if not table.cuda and any(s.name == "cudagraphs" for s in subsystems):
+        subsystems = [s for s in subsystems if s.name != "cudagraphs"]
+        notes.append("cudagraphs was not tried: this torch has no CUDA, so nothing is wrapped in CUDA graphs.")
+    await progress(f"bisect: {len(subsystems)} subsystems of {backend} from the case's torch")
+    trials = _Trials(store, case, ref, script, backend, cwd, progress, started + budget_s,
+                     limiter or anyio.CapacityLimiter(usable_cpus()))
+    fixer, off_apps, differing = await _first_fixer(trials, subsystems)
+    if differing:
+        notes.append("switching off " + ", ".join(differing) + " made it fail differently (not counted as a fix).")
+
+    def report(**fields) -> BisectReport:
+        return BisectReport(backend=backend, trials=trials.trials, notes=notes,
+                            budget_exhausted=time.monotonic() > trials.deadline,
+                            seconds=round(time.monotonic() - started, 1), **fields)
+
+    if fixer is None:
+        skipped = any(t.outcome == "skipped" for t in trials.trials)
+        return report(result=f"BisectionResult(backend={backend!r})", meaning=(
+            "the budget ran out before every subsystem was tried" if skipped else
+            f"no subsystem of {backend} fixes the failure when switched off: the bug is in {backend} itself "
+            "(code generation, scheduling or the kernels), outside what the bisector can switch."))
+    if fixer.kind == "config":
+        field = fixer.field or fixer.name
+        return report(subsystem=fixer.name, kind="config", config=fixer.knob,
+                      result=f"BisectionResult(backend={backend!r}, subsystem={fixer.name!r})",
+                      meaning=f"setting {fixer.config_name} config {field}={fixer.value} fixes it. "
+                              + CONFIG_MEANING.get(field, ""))
+    await progress(f"bisect: switching off {fixer.name} fixes it; {len(off_apps)} applications to search")
+    found, seen, (lo, hi) = await _search(trials, fixer, len(off_apps))
+    if found is None:
+        left = [a for a in (seen.get(hi) or off_apps) if lo < a.counter <= hi][:20]
+        return report(subsystem=fixer.name, kind="bisect", applications=len(off_apps), candidates=left,
+                      result=f"BisectionResult(backend={backend!r}, subsystem={fixer.name!r})",
+                      meaning=f"switching off {fixer.name} fixes it; the budget ran out with applications "
+                              f"{lo + 1}..{hi} left (listed in candidates).")
+    culprit = next((a for a in seen.get(found, []) if a.counter == found), None)
+    subject = (culprit.subject or culprit.debug) if culprit else None
+    return report(subsystem=fixer.name, kind="bisect", bisect_number=found, applications=len(off_apps),
+                  culprit=culprit,
+                  result=(f"BisectionResult(backend={backend!r}, subsystem={fixer.name!r}, bisect_number={found}, "
+                          f"debug_info={culprit.debug if culprit else None!r})"),
+                  meaning=_meaning(fixer.name, found, culprit, subject))
+
+
+def _meaning(subsystem: str, number: int, culprit: Application | None, subject: str | None) -> str:
+    what = f"application #{number} of {subsystem}"
+    if culprit is not None and culprit.debug:
+        what += f" ({culprit.debug}" + (f" = {subject}" if subject and subject != culprit.debug else "") + ")"
+    first = "with it and every earlier one on (every later one off) the case fails; with it off too, it passes"
+    if subsystem == "lowerings":
+        return (f"{what} is the first lowering that brings the failure back ({first}, the op falling back to "
+                "ATen): read how Inductor lowers and generates code for that op.")
+    if subsystem == "decomposition":
+        return f"{what} is the first decomposition that brings the failure back ({first}): read that decomposition."
+    return f"{what} is the first pass application that brings the failure back ({first}): read that pass."
