@@ -1,0 +1,94 @@
+"""Bugs to plant in a torch checkout (see `torch_checkout.build_torch_checkout`), one per compiler layer.
+
+Each recipe is a one-line edit of a torch source file, a user's repro that shows it on CPU, the
+layer the backend ladder should name and the function that holds the bug. Used by the localisation
+tests and by `bench/bench_bisect.py`, which times localize beside PyTorch's own compiler bisector.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class PlantedBug:
+    name: str
+    file: str
+    """relative to the checkout's root"""
+    old: str
+    new: str
+    repro: str
+    layer: str
+    """what localize's ladder should say"""
+    guilty: str
+    """the function (qualified name) that holds the planted line"""
+    what: str
+
+
+def _compared(body: str, call: str) -> str:
+    return f'''\
+import torch
+
+
+{body}
+
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    {call}
+'''
+
+
+PLANTED: dict[str, PlantedBug] = {
+    "inductor_lowering": PlantedBug(
+        name="inductor_lowering", file="torch/_inductor/lowering.py",
+        old="    if (y % 2) == 1:\n        result = ops.mul(result, x)\n",
+        new="    if (y % 2) == 1 and y > 3:\n        result = ops.mul(result, x)\n",
+        repro=_compared("def f(x):\n    return torch.pow(x, 3) + 1\n",
+                        "x = torch.randn(16)\n    torch.testing.assert_close(torch.compile(f)(x), f(x))"),
+        layer="Inductor", guilty="pow_recursive",
+        what="integer powers drop the last multiply for odd exponents up to 3 (x**3 computes x**2)"),
+    "decomposition": PlantedBug(
+        name="decomposition", file="torch/_decomp/decompositions.py",
+        old="    return torch.clamp(torch.clamp(self + 3, min=0), max=6) / 6\n",
+        new="    return torch.clamp(torch.clamp(self + 3, min=0), max=5) / 6\n",
+        repro=_compared("def f(x):\n    return torch.nn.functional.hardsigmoid(x) * 2\n",
+                        "x = torch.linspace(-4, 4, 32)\n    torch.testing.assert_close(torch.compile(f)(x), f(x))"),
+        layer="decompositions", guilty="hardsigmoid",
+        what="hardsigmoid's decomposition clamps at 5 instead of 6"),
+    "joint_graph_pass": PlantedBug(
+        name="joint_graph_pass", file="torch/_inductor/fx_passes/post_grad.py",
+        old="            if same_meta(node, src) and cond(*args, **kwargs):\n",
+        new="            if same_meta(node, src) or cond(*args, **kwargs):\n",
+        repro=_compared("def f(x):\n    return torch.round(x * 10) / 10\n",
+                        "x = torch.randn(16)\n    torch.testing.assert_close(torch.compile(f)(x), f(x))"),
+        layer="Inductor", guilty="remove_noop_ops",
+        what="remove_noop_ops drops any op whose output has its input's metadata (round on floats vanishes)"),
+    "dynamo_tracing": PlantedBug(
+        name="dynamo_tracing", file="torch/_dynamo/variables/builtin.py",
+        old='            list_var.call_method(tx, "sort", [], kwargs)\n',
+        new='            reverse = kwargs["reverse"]  # noqa: F841\n'
+            '            list_var.call_method(tx, "sort", [], kwargs)\n',
+        repro=_compared("def f(x):\n    order = sorted([3, 1, 2])\n    return x * order[0]\n",
+                        'print(torch.compile(f, backend="eager")(torch.ones(3)))'),
+        layer="Dynamo", guilty="BuiltinVariable.call_sorted",
+        what="tracing sorted() without reverse= raises KeyError inside Dynamo"),
+}
+
+
+def plant(checkout: Path, bug: PlantedBug, *, commit: bool = True) -> None:
+    """Edit the checkout (exactly one occurrence must match) and commit the bug on the current branch."""
+    path = checkout / bug.file
+    text = path.read_text()
+    if text.count(bug.old) != 1:
+        raise ValueError(f"{bug.file} changed in this torch: {bug.name}'s anchor matches {text.count(bug.old)} times")
+    path.write_text(text.replace(bug.old, bug.new))
+    if commit:
+        subprocess.run(["git", "commit", "-q", "-am", f"plant {bug.name}: {bug.what}"], cwd=checkout, check=True,
+                       capture_output=True)
+
+
+def unplant(checkout: Path, bug: PlantedBug) -> None:
+    path = checkout / bug.file
+    path.write_text(path.read_text().replace(bug.new, bug.old))
