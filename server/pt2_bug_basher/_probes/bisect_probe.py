@@ -177,7 +177,12 @@ def _subject(debug_info, frame) -> tuple[str | None, list[dict]]:
 
 
 def install_trace() -> None:
+    from torch._inductor import compiler_bisector
     from torch._inductor.compiler_bisector import CompilerBisector
+
+    # In a child forked from a warm interpreter the bisector may have read the environment already.
+    compiler_bisector.get_env_val.cache_clear()
+    CompilerBisector.bisection_enabled = compiler_bisector.get_is_bisection_enabled()
 
     original = CompilerBisector.disable_subsystem.__func__  # type: ignore[attr-defined]
     counters: dict[str, int] = {}

@@ -4,14 +4,16 @@
 
 Each client connection carries one JSON request line:
     {"script": path, "args": [...], "cwd": dir, "stdout": path, "stderr": path, "timeout": s,
-     "path": [extra sys.path entries], "backend": null|name, "dynamic": "keep"|true|false}
+     "path": [extra sys.path entries], "backend": null|name, "dynamic": "keep"|true|false,
+     "env": {variables set in the child first}, "bisect_trace": bool}
 or {"shutdown": true}. The server forks a child (its own process group) that redirects fds 1
 and 2 to the given files and runs the script as __main__ exactly like launcher.py does, and
 answers one JSON line: {"exit_code", "signal", "timed_out", "duration_s", "pid"}. A child that
 outlives its timeout, or whose client hangs up, is killed with its whole group.
 
 The environment (TORCH_LOGS, TORCHINDUCTOR_* ...) is the server's own: torch reads much of it at
-import time, so every request of one server shares it. Only the main thread ever forks.
+import time, so every request of one server shares it; a request's "env" is only for variables read
+at call time (the compiler bisector's TORCH_BISECT_*). Only the main thread ever forks.
 Imports nothing from pt2_bug_basher; runs in the interpreter under investigation.
 """
 
@@ -51,6 +53,7 @@ def _child(request: dict, closing: list) -> None:
         os.dup2(err, 2)
         os.close(out)
         os.close(err)
+        os.environ.update({str(k): str(v) for k, v in (request.get("env") or {}).items()})
         os.chdir(request.get("cwd") or os.path.dirname(request["script"]))
         import faulthandler
 
@@ -58,6 +61,8 @@ def _child(request: dict, closing: list) -> None:
         import launcher
 
         launcher.patch_torch(request.get("backend"), request.get("dynamic", "keep"), mark=False)
+        if request.get("bisect_trace"):
+            launcher.install_bisect_trace()
         extra = [p for p in request.get("path") or [] if p]
         try:
             sys.path[1:1] = extra

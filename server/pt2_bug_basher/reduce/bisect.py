@@ -18,18 +18,22 @@ graph hides a subsystem's effect.
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
 import anyio
+from anyio.abc import TaskGroup
 from pydantic import BaseModel
 
 from pt2_bug_basher.analysis.compare import RERUN_OR_ACCURACY, run_failure, same_failure
-from pt2_bug_basher.case.store import CaseRecord, Store
+from pt2_bug_basher.case.store import CaseRecord, Store, new_id
 from pt2_bug_basher.domain.bisection import Application, BisectReport, BisectTrial, SourceSite
+from pt2_bug_basher.domain.errors import BugBasherError
 from pt2_bug_basher.execution.cpus import usable_cpus
 from pt2_bug_basher.execution.runner import run_captured
-from pt2_bug_basher.execution.runs import CACHE_ENV, ProgressFn, execute
+from pt2_bug_basher.execution.runs import CACHE_ENV, ProgressFn, RunResult, execute
+from pt2_bug_basher.reduce.evaluate import ForkServerEvaluator
 from pt2_bug_basher.reduce.ladder import LAUNCHER, PROBES, Reference, run_timeout
 
 BISECT_PROBE = PROBES / "bisect_probe.py"
@@ -39,6 +43,8 @@ DEFAULT_BUDGET_S = 900.0
 MAX_APPLICATIONS = 1_000_000
 # No cached graph may hide a subsystem's effect; compiled kernels (keyed by their source) stay cached.
 # One compile thread: trials already run one per core.
+# Imported once by the fork server that CPU-only trials are forked from.
+WARM_MODULES = ("torch", "torch._dynamo", "torch._inductor.compile_fx")
 TRIAL_CACHES = {"TORCHINDUCTOR_FX_GRAPH_CACHE": "0", "TORCHINDUCTOR_AUTOGRAD_CACHE": "0",
                 "TORCHINDUCTOR_COMPILE_THREADS": "1"}
 
@@ -111,6 +117,23 @@ class _Trials:
         self.limiter = limiter
         self.trials: list[BisectTrial] = []
         self.timeout = run_timeout(ref)
+        self.forked: ForkServerEvaluator | None = None
+
+    @property
+    def shared_env(self) -> dict[str, str]:
+        """What every trial shares (read by torch at import: a fork server's own environment)."""
+        return {**self.ref.env, CACHE_ENV: str(self.cache_dir), **TRIAL_CACHES}
+
+    async def start_fork_server(self, task_group: TaskGroup) -> None:
+        """Children forked from one interpreter that imported torch and Inductor once (CPU-only torch)."""
+        server = ForkServerEvaluator(self.store, self.case, self.shared_env, self.cache_dir / "forkserver",
+                                     preload=WARM_MODULES, tool="localize")
+        try:
+            await server.start(task_group)
+        except BugBasherError as exc:
+            await self.progress(f"bisect: trials run in fresh processes ({exc})")
+            return
+        self.forked = server
 
     def write_config(self, sub: Subsystem) -> None:
         """The bisector reads a config switch from `<cache>/bisect/<backend>/<name>_config.txt`."""
@@ -119,10 +142,9 @@ class _Trials:
         path.write_text(f"{sub.field}={sub.value}\n")
 
     async def run(self, sub: Subsystem, max_enabled: int | None) -> tuple[BisectTrial, list[Application]]:
-        env = {**self.ref.env, CACHE_ENV: str(self.cache_dir), **TRIAL_CACHES,
-               "TORCH_BISECT_BACKEND": self.backend, "TORCH_BISECT_SUBSYSTEM": sub.name}
+        steer = {"TORCH_BISECT_BACKEND": self.backend, "TORCH_BISECT_SUBSYSTEM": sub.name}
         if max_enabled is not None:
-            env["TORCH_BISECT_MAX"] = str(max_enabled)
+            steer["TORCH_BISECT_MAX"] = str(max_enabled)
         argv = [self.case.python, str(LAUNCHER), "--backend", self.backend, "--bisect-trace", "--",
                 str(self.script), *self.ref.args]
         label = f"bisect {self.backend}/{sub.name}" + (f" max={max_enabled}" if max_enabled is not None else "")
@@ -132,8 +154,12 @@ class _Trials:
                 self.trials.append(trial)
                 return trial, []
             started = time.monotonic()
-            result = await execute(self.store, self.case, argv, tool="localize", cwd=self.cwd, env_add=env,
-                                   timeout_s=self.timeout, progress=self.progress, label=label)
+            if self.forked is not None:
+                result = await self._forked_run(argv, steer)
+            else:
+                result = await execute(self.store, self.case, argv, tool="localize", cwd=self.cwd,
+                                       env_add={**self.shared_env, **steer}, timeout_s=self.timeout,
+                                       progress=self.progress, label=label)
         verdict = run_failure(result)
         if verdict.timed_out:
             outcome = "timeout"
@@ -148,6 +174,26 @@ class _Trials:
         self.trials.append(trial)
         await self.progress(f"{label}: {outcome}")
         return trial, parse_trace(result.stderr_text(16 * 1024 * 1024), sub.name)
+
+    async def _forked_run(self, argv: list[str], steer: dict[str, str]) -> RunResult:
+        """A trial in a child forked from the warm server: a separate process, recorded as its own run
+        (its argv says it was forked, from which server run)."""
+        assert self.forked is not None
+        run_id = new_id("run")
+        run_dir = self.store.case_dir(self.case.case_id) / "runs" / run_id
+        stdout, stderr = run_dir / "stdout.log", run_dir / "stderr.log"
+        recorded = [f"<child forked from {self.forked.run_id or 'the fork server'}>", *argv[1:]]
+        self.store.start_run(self.case.case_id, "localize", recorded, str(self.cwd), {**self.shared_env, **steer},
+                             str(stdout), str(stderr), os.getpid(), run_id=run_id)
+        try:
+            result = await self.forked.run(self.script, self.ref.args, cwd=self.cwd, out_dir=run_dir,
+                                           timeout_s=self.timeout,
+                                           options={"backend": self.backend, "env": steer, "bisect_trace": True})
+        except BaseException:
+            self.store.finish_run(run_id, "cancelled", None, None)
+            raise
+        self.store.finish_run(run_id, result.outcome.status, result.outcome.exit_code, result.outcome.signal_name)
+        return RunResult(run_id, result.outcome, steer, stdout, stderr)
 
 
 async def _first_fixer(trials: _Trials, subsystems: list[Subsystem]
@@ -241,6 +287,22 @@ async def bisect_below(store: Store, case: CaseRecord, ref: Reference, script: P
     await progress(f"bisect: {len(subsystems)} subsystems of {backend} from the case's torch")
     trials = _Trials(store, case, ref, script, backend, cwd, progress, started + budget_s,
                      limiter or anyio.CapacityLimiter(usable_cpus()))
+    async with anyio.create_task_group() as group:
+        if not table.cuda:  # never fork from an interpreter that might touch CUDA
+            await trials.start_fork_server(group)
+        try:
+            report = await _bisect(trials, subsystems, backend, notes, started)
+        finally:
+            if trials.forked is not None:
+                await trials.forked.aclose()
+    return report
+
+
+async def _bisect(trials: _Trials, subsystems: list[Subsystem], backend: str, notes: list[str],
+                  started: float) -> BisectReport:
+    if trials.forked is not None:
+        notes.append("trials ran in children forked from one interpreter that had imported torch (each a "
+                     "separate process, recorded as its own run).")
     fixer, off_apps, differing = await _first_fixer(trials, subsystems)
     if differing:
         notes.append("switching off " + ", ".join(differing) + " made it fail differently (not counted as a fix).")
@@ -262,7 +324,7 @@ async def bisect_below(store: Store, case: CaseRecord, ref: Reference, script: P
                       result=f"BisectionResult(backend={backend!r}, subsystem={fixer.name!r})",
                       meaning=f"setting {fixer.config_name} config {field}={fixer.value} fixes it. "
                               + CONFIG_MEANING.get(field, ""))
-    await progress(f"bisect: switching off {fixer.name} fixes it; {len(off_apps)} applications to search")
+    await trials.progress(f"bisect: switching off {fixer.name} fixes it; {len(off_apps)} applications to search")
     found, seen, (lo, hi) = await _search(trials, fixer, len(off_apps))
     if found is None:
         left = [a for a in (seen.get(hi) or off_apps) if lo < a.counter <= hi][:20]

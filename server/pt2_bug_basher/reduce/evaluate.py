@@ -80,10 +80,11 @@ class ForkServerEvaluator(Evaluator):
     kind = "fork server"
 
     def __init__(self, store: Store, case: CaseRecord, env: dict[str, str], work_dir: Path,
-                 parallel: int | None = None, preload: tuple[str, ...] = ("torch",)) -> None:
+                 parallel: int | None = None, preload: tuple[str, ...] = ("torch",), tool: str = "minify") -> None:
         self.store, self.case, self.env, self.work_dir = store, case, env, work_dir
         self.parallel = parallel or usable_cpus()
         self.preload = preload
+        self.tool = tool
         # AF_UNIX paths are limited to ~100 bytes: keep the socket name short.
         self.socket_path = Path("/tmp") / f"pt2bb-{os.getpid()}-{time.monotonic_ns() % 10**9}.sock"
         self.run_id: str | None = None
@@ -100,7 +101,7 @@ class ForkServerEvaluator(Evaluator):
             with anyio.CancelScope() as scope:
                 self._scope = scope
                 try:
-                    result = await execute(self.store, self.case, argv, tool="minify", cwd=self.work_dir,
+                    result = await execute(self.store, self.case, argv, tool=self.tool, cwd=self.work_dir,
                                            env_add=self.env, timeout_s=4 * 3600.0, progress=None,
                                            label="fork server")
                     self.run_id = result.run_id
@@ -120,11 +121,12 @@ class ForkServerEvaluator(Evaluator):
                 raise BugBasherError("the fork server did not start within 120 s")
             await anyio.sleep(0.05)
 
-    async def run(self, script, args, *, cwd, out_dir, timeout_s, extra_path=None):
+    async def run(self, script, args, *, cwd, out_dir, timeout_s, extra_path=None, options: dict | None = None):
+        """options: more request fields (backend, env, bisect_trace; see forkserver.py)."""
         out_dir.mkdir(parents=True, exist_ok=True)
         stdout, stderr = out_dir / "stdout.log", out_dir / "stderr.log"
         request = {"script": str(script), "args": list(args), "cwd": str(cwd), "stdout": str(stdout),
-                   "stderr": str(stderr), "timeout": timeout_s, "path": list(extra_path or [])}
+                   "stderr": str(stderr), "timeout": timeout_s, "path": list(extra_path or []), **(options or {})}
         started = time.monotonic()
         async with await anyio.connect_unix(str(self.socket_path)) as stream:
             await stream.send((json.dumps(request) + "\n").encode())
