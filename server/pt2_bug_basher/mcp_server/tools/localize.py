@@ -22,5 +22,8 @@ def register(mcp: MCPServer, state: AppState) -> None:
         and dynamic=True, without editing the script. Returns one table of which configurations fail
         the case's way (and which fail differently), the layer that implies (Dynamo, AOTAutograd,
         decompositions, Inductor, dynamic shapes), how failures were compared, and the minify call
-        that fits."""
+        that fits. When backend='eager' already fails without an error from Dynamo (a wrong result),
+        one more run with TORCH_LOGS=guards,recompiles says what Dynamo compiled, whether later calls
+        recompiled and what each input was guarded on; suspicious guard shapes come with suspects
+        (file, line, function) in the case's own torch."""
         return await localize_step.localize(state, case_id, script, progress=progress_reporter(ctx))
