@@ -27,6 +27,26 @@ class PlantedBug:
     what: str
 
 
+DYNAMO_GUARD_REPRO = '''\
+import torch
+
+
+def total(xs):
+    out = xs[0]
+    for x in xs[1:]:
+        out = out + x
+    return out * 2
+
+
+compiled = torch.compile(total, backend="eager")
+two = [torch.ones(3), torch.full((3,), 2.0)]
+three = [torch.ones(3), torch.full((3,), 2.0), torch.full((3,), 3.0)]
+torch.testing.assert_close(compiled(two), total(two))
+torch.testing.assert_close(compiled(three), total(three))
+print("ok")
+'''
+
+
 def _compared(body: str, call: str) -> str:
     return f'''\
 import torch
@@ -74,6 +94,14 @@ PLANTED: dict[str, PlantedBug] = {
                         'print(torch.compile(f, backend="eager")(torch.ones(3)))'),
         layer="Dynamo", guilty="BuiltinVariable.call_sorted",
         what="tracing sorted() without reverse= raises KeyError inside Dynamo"),
+    "dynamo_guard": PlantedBug(
+        name="dynamo_guard", file="torch/_dynamo/variables/builder.py",
+        old="        # have a stricter match.\n        self.install_guards(GuardBuilder.SEQUENCE_LENGTH)\n",
+        new="        # have a stricter match.\n",
+        repro=DYNAMO_GUARD_REPRO, layer="Dynamo", guilty="VariableBuilder.wrap_listlike",
+        what=("VariableBuilder.wrap_listlike no longer installs the SEQUENCE_LENGTH guard, so a list input's items "
+              "are guarded but its length is not: the entry compiled for a 2-item list is reused for a 3-item "
+              "list and returns the 2-item sum, with backend='eager' and no error from the compiler")),
 }
 
 

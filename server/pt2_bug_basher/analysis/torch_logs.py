@@ -22,7 +22,9 @@ prints (see tests/data/logs/ for real captures):
   ``TENSOR_MATCH`` guard behind a tensor mismatch;
 * graphs and frames: ``===== __compiled_fn_N_... =====`` (``graph_code``, ``+dynamo``),
   ``Step 2: calling compiler function`` (``dynamo``), ``torchdynamo start compiling`` (``+dynamo``)
-  and ``Step 1: torchdynamo start tracing`` (``dynamo``).
+  and ``Step 1: torchdynamo start tracing`` (``dynamo``); with none of those, the compiled entries
+  the ``guards`` (``TREE_GUARD_MANAGER:`` under a compile id) and ``recompiles`` logs show
+  (analysis/guards.py summarises those trees).
 
 Lines may carry torch's default prefix (``V1202 hh:mm:ss.us PID file.py:N] [0/1] [__artifact]``,
 optionally ``[rank0]:`` before it) or none (a custom TORCH_LOGS_FORMAT); other output interleaved
@@ -200,10 +202,11 @@ class LogSummary(BaseModel):
                                            description="deduplicated by (reason, location), first-seen order")
     recompiles: list[Recompile] = Field(default_factory=list,
                                         description="deduplicated by (function, location, reason)")
-    graphs_compiled: int | None = Field(None, description="FX graphs Dynamo produced; None when the log "
-                                                          "does not show them")
-    frames_compiled: int | None = Field(None, description="frames Dynamo compiled; None when the log "
-                                                          "does not show them")
+    graphs_compiled: int | None = Field(None, description="FX graphs Dynamo produced; None when the log does "
+                                                          "not show them. With only the guards/recompiles logs "
+                                                          "on: one per compiled entry (an upper bound)")
+    frames_compiled: int | None = Field(None, description="frame compilations (first compiles and recompiles); "
+                                                          "None when the log does not show them")
     unique_graph_break_count: int = 0
     total_graph_break_count: int = 0
     recompile_limit_hit: bool = False
@@ -236,6 +239,15 @@ _LIMIT_RE = re.compile(r"torch\._dynamo hit config\.\w*(?:recompile|cache_size)_
 _RESTART_SUFFIX_RE = re.compile(r"_\d+$")
 
 _UNPREFIXED_BLOCK_MAX_LINES = 400
+
+
+def split_log_line(raw: str) -> tuple[str | None, str]:
+    """A log line's compile id ('0/1', None when not shown) and its message without torch's prefix."""
+    if raw[:1] in "VDIWEC[":
+        m = _PREFIX_RE.match(raw)
+        if m:
+            return m.group("cid"), raw[m.end():]
+    return None, raw
 
 
 def _basename(path: str) -> str:
@@ -365,6 +377,8 @@ class _Collector:
         self.step2 = 0
         self.output_paths: dict[str, None] = {}
         self.limit_hit = False
+        # compiled entries the guards and recompiles logs show: a GUARDS dump, a recompile and the entry it rejected
+        self.guarded_entries: dict[str, None] = {}
 
     # ---- finishing blocks
 
@@ -422,6 +436,10 @@ class _Collector:
             guards = self.tensor_guards.get(_normal_cid(cid) if cid else None) or {}
             found = guards.get(f"L['{name}']") or guards.get(name)
             guard, guard_location = found if found else (None, None)
+        if b.key is not None and b.key[1]:
+            self.guarded_entries[_normal_cid(b.key[1])] = None
+        for rejected, _text in b.failures:
+            self.guarded_entries[_normal_cid(rejected)] = None
         location = f"{_basename(b.file)}:{b.line}"
         key = (b.function, location, reason)
         record = self.recompiles.get(key)
@@ -437,7 +455,10 @@ class _Collector:
 
     def note_line(self, body: str, cid: str | None) -> None:
         """Facts that sit on one line; cheap substring tests first."""
-        if "TENSOR_MATCH: check_tensor(" in body:
+        if body.startswith("TREE_GUARD_MANAGER:"):
+            if cid:
+                self.guarded_entries[_normal_cid(cid)] = None
+        elif "TENSOR_MATCH: check_tensor(" in body:
             start = body.index("check_tensor(") + len("check_tensor(")
             source = body[start:].split(", ", 1)[0]
             parts = re.split(r"\s{2,}#\s", body[body.index("TENSOR_MATCH:"):], maxsplit=1)
@@ -472,6 +493,12 @@ class _Collector:
         else:
             graphs = None
         frames = len(self.frames) + self.frames_without_id if (self.frames or self.frames_without_id) else None
+        if frames is None and self.guarded_entries:
+            # only the guards/recompiles logs are on: each compiled entry is one frame compilation, holding
+            # at most one graph (a frame that breaks before its first op compiles none)
+            frames = len(self.guarded_entries)
+            if graphs is None:
+                graphs = frames
         return LogSummary(
             graph_breaks=breaks,
             recompiles=list(self.recompiles.values()),

@@ -9,6 +9,7 @@ from pathlib import Path
 import anyio
 from pydantic import BaseModel, Field
 
+from pt2_bug_basher.analysis.guards import DynamoDecisions, has_guard_trees, logs_recompiles, summarise_guards
 from pt2_bug_basher.analysis.verdict import FailureSummary, RunOutcome, RunVerdict, Verdict, tail_lines
 from pt2_bug_basher.case.store import CaseRecord, Store
 from pt2_bug_basher.domain.errors import InvalidInput
@@ -48,8 +49,13 @@ class RunWithLogsResult(BaseModel):
     graph_breaks: list[GraphBreakInfo] = Field(default_factory=list)
     graph_break_total: int = 0
     recompiles: list[RecompileInfo] = Field(default_factory=list)
-    graphs_compiled: int | None = None
-    frames_compiled: int | None = None
+    graphs_compiled: int | None = Field(None, description="FX graphs compiled, from the logs that are on (with only "
+                                                          "guards/recompiles: one per compiled entry, at most)")
+    frames_compiled: int | None = Field(None, description="frame compilations (first compiles and recompiles), "
+                                                          "from the logs that are on")
+    dynamo: DynamoDecisions | None = Field(None, description=(
+        "with the guards or recompiles log on: what Dynamo compiled, whether later calls recompiled, the guards "
+        "on each input and guard shapes that let a compiled entry be reused wrongly"))
     tail: list[str] = Field(default_factory=list, description="the last lines of stderr that matter")
     trace: TraceSummary | None = None
     inductor_config: dict[str, object] = Field(default_factory=dict,
@@ -178,6 +184,9 @@ async def run_repro(
     result.recompiles = [RecompileInfo(function=r.function, reason=r.reason[:300], guard=(r.guard or "")[:300] or None,
                                        count=r.count) for r in merged.recompiles[:12]]
     result.graphs_compiled, result.frames_compiled = merged.graphs_compiled, merged.frames_compiled
+    if logs_spec and (has_guard_trees(first.stderr) or logs_recompiles(logs_spec)):
+        result.dynamo = summarise_guards(first.stderr, recompiles_logged=logs_recompiles(logs_spec) or None,
+                                         run_id=first.result.run_id, logs=logs_spec)
     if trace and trace_dirs:
         tlparse = await run_tlparse(store, case, trace_dirs[0], case_dir / "tlparse" / parsed[0].result.run_id,
                                     tool=tool, progress=progress)

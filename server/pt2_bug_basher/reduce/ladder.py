@@ -18,6 +18,7 @@ import anyio
 from pydantic import BaseModel, Field
 
 from pt2_bug_basher.analysis.compare import RERUN_OR_ACCURACY, Failure, describe, run_failure, same_failure
+from pt2_bug_basher.analysis.guards import DynamoDecisions
 from pt2_bug_basher.case.store import CaseRecord, Store
 from pt2_bug_basher.domain.bisection import BisectReport
 from pt2_bug_basher.domain.errors import InvalidInput
@@ -26,6 +27,7 @@ from pt2_bug_basher.domain.names import Step
 from pt2_bug_basher.execution.cpus import usable_cpus
 from pt2_bug_basher.execution.runner import ProcessOutcome
 from pt2_bug_basher.execution.runs import BASE_ENV, RunResult, execute, private_cache_env
+from pt2_bug_basher.reduce.dynamo_guards import dynamo_decisions, wants_guard_run
 
 PROBES = Path(__file__).resolve().parents[1] / "_probes"
 LAUNCHER = PROBES / "launcher.py"
@@ -125,6 +127,10 @@ class LocalizeResult(BaseModel):
     suspects: list[Suspect] = Field(default_factory=list, description="where in torch's source to look, most likely "
                                                                       "first (file relative to the torch checkout)")
     notes: list[str] = Field(default_factory=list)
+    dynamo: DynamoDecisions | None = Field(None, description=(
+        "the layer is Dynamo and Dynamo raised nothing (a wrong result): one more eager run with "
+        "TORCH_LOGS=guards,recompiles: what Dynamo compiled, whether later calls recompiled, the guards on each "
+        "input, and guard shapes that let an entry be reused wrongly"))
     next_step: str
 
 
@@ -158,11 +164,14 @@ async def localize(
     timeout = run_timeout(ref)
     limiter = limiter or anyio.CapacityLimiter(usable_cpus())
 
-    async def rung(backend: str, dynamic: str) -> LadderRow:
+    def command(backend: str, dynamic: str) -> list[str]:
         argv = [case.python, str(LAUNCHER), "--backend", backend]
         if dynamic != "script":
             argv += ["--dynamic", dynamic.lower()]
-        argv += ["--", str(script), *ref.args]
+        return [*argv, "--", str(script), *ref.args]
+
+    async def rung(backend: str, dynamic: str) -> LadderRow:
+        argv = command(backend, dynamic)
         async with limiter:
             started = time.monotonic()
             result = await execute(store, case, argv, tool="localize", cwd=cwd or script.parent, env_add=ref.env,
@@ -190,12 +199,21 @@ async def localize(
     first = next((r.backend for r in table if r.outcome == "same failure"), None)
     notes: list[str] = []
     dynamic_text = None
+    decisions: list[tuple[DynamoDecisions, list[Suspect]]] = []
+
+    async def guards_run() -> None:
+        async with limiter:
+            decisions.append(await dynamo_decisions(store, case, command("eager", "script"), env=ref.env,
+                                                    cwd=cwd or script.parent, timeout_s=timeout, progress=progress))
+
     if first is not None:
         async with anyio.create_task_group() as group:
             for dyn in ("False", "True"):
                 group.start_soon(put, first, dyn)
             if below is not None:
                 group.start_soon(below, first)
+            if first == "eager" and wants_guard_run(ref.exception_type):
+                group.start_soon(guards_run)
         static, dynamic = rows[(first, "False")], rows[(first, "True")]
         table += [static, dynamic]
         if static.outcome != "same failure" and dynamic.outcome == "same failure":
@@ -232,12 +250,16 @@ async def localize(
             minify_call = f'minify(case_id="{cid}", mode="fx", after="aot")'
         else:
             minify_call = f'minify(case_id="{cid}", mode="fx", after="dynamo")'
+    dynamo, suspects = decisions[0] if decisions else (None, [])
+    if dynamo is not None and dynamo.flags:
+        notes.append(f"Dynamo's guards (run {dynamo.run_id}): {dynamo.flags[0].text}; see dynamo and suspects.")
     result = LocalizeResult(
         case_id=cid, script=str(script), case_signature=ref.signature, table=table, first_failing=first,
         layer=layer, meaning=meaning, dynamic_shapes=dynamic_text, comparison=comparison, minifier=minify_call,
-        notes=notes, next_step=f"Reduce it: {minify_call} (mode=\"auto\" picks the same from this localisation).",
+        notes=notes, dynamo=dynamo, suspects=suspects,
+        next_step=f"Reduce it: {minify_call} (mode=\"auto\" picks the same from this localisation).",
     )
     record = LocalizeRecord(first_failing=first, layer=layer, signature=ref.signature,
-                            table=[LadderRowRecord(**row.model_dump()) for row in table])
+                            table=[LadderRowRecord(**row.model_dump()) for row in table], suspects=suspects)
     store.set_localization(cid, record)
     return result

@@ -18,11 +18,13 @@ import getpass
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
 MAX_BYTES = 300_000
+CHECKOUT_ROOT = "/src/torch-checkout"
 
 # TORCH_LOGS_FORMAT for the captures that check the parser without torch's line prefix
 MESSAGE_ONLY = {"TORCH_LOGS_FORMAT": "%(message)s"}
@@ -49,6 +51,14 @@ LOGS: dict[str, tuple] = {
     "stderr.dynamo_internal": ("examples/dynamo_internal.py", None, False),
     "stderr.runtime_error": ("examples/runtime_error.py", None, False),
     "stderr.backend_compiler_failed": ("examples/backend_compiler_failed.py", None, False),
+    "guards_recompiles.list_sum": ("tests/data/logs/list_sum.py", "guards,recompiles", False),
+    "guards_recompiles.guard_variety": ("tests/data/logs/guard_variety.py", "guards,recompiles", False),
+}
+
+# name -> (script, TORCH_LOGS, planted bug): run with the interpreter of a torch checkout
+# (tests/torch_checkout.py) that has the bug of tests/planted_bugs.py planted
+PLANTED_LOGS: dict[str, tuple[str, str, str]] = {
+    "guards_recompiles.list_sum.planted": ("tests/data/logs/list_sum.py", "guards,recompiles", "dynamo_guard"),
 }
 
 
@@ -70,8 +80,34 @@ def trim(text: str) -> str:
     return f"{head}\n[... {len(data) - len(head) - len(tail)} bytes trimmed ...]\n{tail}"
 
 
-def capture(name: str) -> None:
-    script, spec, combined, *extra = LOGS[name]
+def write_list_sum() -> None:
+    """list_sum.py is the dynamo_guard recipe's repro (tests/planted_bugs.py)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from planted_bugs import PLANTED
+
+    (HERE / "list_sum.py").write_text(PLANTED["dynamo_guard"].repro)
+
+
+def capture_planted(name: str) -> None:
+    sys.path.insert(0, str(ROOT / "tests"))
+    from planted_bugs import PLANTED, plant
+    from torch_checkout import build_torch_checkout
+
+    script, spec, bug = PLANTED_LOGS[name]
+    with tempfile.TemporaryDirectory() as tmp:
+        checkout = build_torch_checkout(Path(tmp))
+        plant(checkout.checkout, PLANTED[bug])
+        capture(name, python=str(checkout.python), spec=spec, script=script,
+                rename={str(checkout.checkout): CHECKOUT_ROOT})
+
+
+def capture(name: str, python: str = sys.executable, spec: str | None = None, script: str | None = None,
+            rename: dict[str, str] | None = None) -> None:
+    if name in LOGS:
+        script, spec, combined, *extra = LOGS[name]
+    else:
+        combined, extra = False, []
+    assert script is not None
     env = dict(os.environ)
     for var in ("TORCH_LOGS", "TORCH_LOGS_FORMAT", "TORCH_LOGS_OUT", "TORCHDYNAMO_VERBOSE", "TORCH_TRACE"):
         env.pop(var, None)
@@ -81,14 +117,20 @@ def capture(name: str) -> None:
     if combined:
         env["PYTHONUNBUFFERED"] = "1"
     proc = subprocess.run(
-        [sys.executable, script], cwd=ROOT, env=env, text=True, timeout=300,
+        [python, script], cwd=ROOT, env=env, text=True, timeout=300,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT if combined else subprocess.PIPE,
     )
     out = proc.stdout if combined else proc.stderr
+    for old, new in (rename or {}).items():
+        out = out.replace(old, new)
     (HERE / f"{name}.log").write_text(trim(normalise(out)))
     print(f"{name}.log: exit {proc.returncode}, {len(out)} chars")
 
 
 if __name__ == "__main__":
-    for n in sys.argv[1:] or list(LOGS):
-        capture(n)
+    write_list_sum()
+    for n in sys.argv[1:] or [*LOGS, *PLANTED_LOGS]:
+        if n in PLANTED_LOGS:
+            capture_planted(n)
+        else:
+            capture(n)

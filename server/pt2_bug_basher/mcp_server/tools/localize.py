@@ -30,8 +30,11 @@ def register(mcp: MCPServer, state: AppState) -> None:
         and dynamic=True, without editing the script. Below a failing decomposition or Inductor
         backend, PyTorch's compiler-bisector subsystems (passes, config switches, lowerings,
         decompositions) are switched off side by side, then the guilty one's applications are
-        searched down to one. Returns the table, the layer (Dynamo, AOTAutograd, decompositions,
-        Inductor, dynamic shapes), the bisection, suspects as file:line in torch's source (most
-        likely first), how failures were compared, and the minify call that fits."""
+        searched down to one. When backend='eager' already fails without an error from Dynamo (a
+        wrong result), one more run with TORCH_LOGS=guards,recompiles says what Dynamo compiled,
+        whether later calls recompiled and what each input was guarded on. Returns the table, the
+        layer (Dynamo, AOTAutograd, decompositions, Inductor, dynamic shapes), the bisection or the
+        guard summary, suspects as file:line in torch's source (most likely first), how failures were
+        compared, and the minify call that fits."""
         return await localize_step.localize(state, case_id, script, bisect_budget_s=bisect_budget_s,
                                             progress=progress_reporter(ctx))
