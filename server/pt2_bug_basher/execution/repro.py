@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -73,6 +74,14 @@ class RunWithLogsResult(BaseModel):
     on_main: OnMain | None = Field(None, description="where=\"main\": the worktree, ref and commit it ran against")
     notes: list[str] = Field(default_factory=list)
     next_step: str
+
+
+def script_digest(script: Path) -> str | None:
+    """The SHA-256 of the script's content (None when it cannot be read)."""
+    try:
+        return hashlib.sha256(script.read_bytes()).hexdigest()
+    except OSError:
+        return None
 
 
 def check_args(args: list[str] | None) -> list[str]:

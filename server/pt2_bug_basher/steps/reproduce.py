@@ -10,7 +10,14 @@ from pt2_bug_basher.case.store import CaseRecord, Store
 from pt2_bug_basher.domain.errors import InvalidInput
 from pt2_bug_basher.domain.evidence import ReproduceEvidence
 from pt2_bug_basher.domain.names import Step, ToolName
-from pt2_bug_basher.execution.repro import SILENT_LOGS, RunWithLogsResult, check_args, check_repeat, run_repro
+from pt2_bug_basher.execution.repro import (
+    SILENT_LOGS,
+    RunWithLogsResult,
+    check_args,
+    check_repeat,
+    run_repro,
+    script_digest,
+)
 from pt2_bug_basher.execution.runs import ProgressFn, check_env_additions, check_timeout
 from pt2_bug_basher.steps import logs as logs_step
 from pt2_bug_basher.steps.on_main import run_on_main
@@ -63,15 +70,17 @@ async def run_and_record(
     """Run the repro (no gate, inputs already checked) and record the evidence its runs give.
 
     A reproduction (repeat >= 2) also runs the script with compilation off and, when it exits 0, with logs."""
+    digest = script_digest(script)
     result = await run_repro(store, case, script, args=args, logs_spec=logs_spec, repeat=repeat, trace=trace,
                              env_add=env_add, timeout_s=timeout_s, cwd=cwd, progress=progress, tool=tool,
                              inductor_config=inductor_config, differential=repeat >= 2, layer=layer)
-    record(store, case, script, args, result)
+    record(store, case, script, args, result, digest)
     logs_step.record(store, case, result, logs_spec, main_check_done)
     return result
 
 
-def record(store: Store, case: CaseRecord, script: Path, args: list[str], result: RunWithLogsResult) -> None:
+def record(store: Store, case: CaseRecord, script: Path, args: list[str], result: RunWithLogsResult,
+           digest: str | None = None) -> None:
     """Two runs or more: a reproduction when all failed with one signature, a failed attempt otherwise.
 
     A reproduction that fails without torch.compile too stops the case (not a compiler bug) until waived."""
@@ -98,7 +107,8 @@ def record(store: Store, case: CaseRecord, script: Path, args: list[str], result
         store.add_evidence(case.case_id, Step.reproduce.value, True, summary[:500], run_id=run_ids[0],
                            data=ReproduceEvidence(
                                script=str(script), args=args, signature=f.signature, category=f.category,
-                               exception_type=f.exception_type, message=f.message, run_ids=run_ids, repeat=n))
+                               exception_type=f.exception_type, message=f.message, run_ids=run_ids, repeat=n,
+                               script_sha256=digest))
         result.recorded.append(Step.reproduce.value)
         return
     why = (f"failed {failures}/{n} times" if failures != n
