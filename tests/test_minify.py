@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -126,3 +127,65 @@ def test_cuda_code_is_never_evaluated_in_forked_processes():
     assert fork_unsafe("buf0 = reader.storage(None, 16384, device=device(type='cuda', index=0))")
     assert fork_unsafe('model.to("cuda")')
     assert not fork_unsafe("x = torch.randn(8)\ncompiled = torch.compile(f, backend='eager')")
+
+
+async def test_an_already_minimal_repro_completes_the_step_without_reducing(module_config):
+    """A one-op repro of a few statements: minify(mode="auto") says so at once and records it as
+    the reduce evidence, resting on the reproduction's runs (or one fresh run for another file)."""
+    script = module_config.default_repo / "examples" / "dynamo_internal.py"
+    server = create_server(module_config)
+    store = server.state.store  # type: ignore[attr-defined]
+    async with Client(server) as client:
+        case_id = await reproduced(client, script)
+        [reproduction] = [e for e in store.evidence(case_id, "reproduce") if e.ok]
+        result = await client.call_tool("minify", {"case_id": case_id, "mode": "auto"})
+        assert not result.is_error, result.content[0].text
+        data = result.structured_content
+        assert data["already_minimal"] and data["confirmed"] and data["mode"] == "none", data
+        assert data["why_mode"].startswith("already minimal: 7 statements, 1 compiled op; no reduction attempted")
+        assert data["seconds"] < 5 and data["source"] is None and data["fx"] is None
+        assert data["minimized_path"] == str(script) and data["before"] == data["after"]
+        assert data["confirm_run_id"] in reproduction.data.run_ids
+        assert data["recorded"] == ["reduce"] and "register_test(" in data["next_step"]
+        assert await status_of(client, case_id, "reduce") == "done"
+        [evidence] = store.evidence(case_id, "reduce")
+        assert evidence.ok and evidence.data.already_minimal and evidence.run_id == data["confirm_run_id"]
+        assert "already minimal: 7 statements, 1 compiled op; no reduction attempted" in evidence.summary
+        assert not [r for r in store.runs(case_id) if r.tool == "minify"]
+
+        # Another file (here a copy) was never run by the reproduction: one fresh run must confirm it.
+        copy = script.with_name("dynamo_internal_copy.py")
+        shutil.copyfile(script, copy)
+        again = (await client.call_tool("minify", {"case_id": case_id, "script": str(copy)})).structured_content
+    assert again["already_minimal"] and again["confirmed"] and again["comparison"] == "exception", again
+    [confirm] = [r for r in store.runs(case_id) if r.tool == "minify"]
+    assert again["confirm_run_id"] == confirm.run_id and confirm.argv[1] == str(copy)
+
+
+def test_minimality_is_judged_from_the_source():
+    from pt2_bug_basher.reduce.minimal import judge
+
+    padded = judge((DATA / "padded_graph_break.py").read_text())
+    assert not padded.minimal and padded.statements > 30 and "statements" in (padded.why_not or "")
+    forms = {
+        "@torch.compile(backend='eager')\ndef f(x):\n    return x.sin()\nf(torch.ones(2))": 1,
+        "def f(x):\n    return torch.nonzero(x)\ntorch.compile(f, fullgraph=True)(torch.ones(2))": 1,
+        "import torch._dynamo as dynamo\ndef f(x):\n    return x.cos()\ndynamo.optimize('eager')(f)(torch.ones(2))": 1,
+        "def g(x):\n    return x.relu()\n@torch.compile\ndef f(x):\n    return g(x) + 1": 2,
+        """
+        class M(torch.nn.Module):
+            def forward(self, x):
+                return self.act(x)
+
+            def act(self, x):
+                return x.sin().cos()
+
+        torch.compile(M().eval())(torch.ones(2))
+        """: 2,
+    }
+    for source, ops in forms.items():
+        judged = judge("import torch\n" + textwrap.dedent(source))
+        assert judged.compiled_ops == ops, (source, judged)
+        assert judged.minimal == (ops == 1), (source, judged)
+    unknown = judge("import torch\nimport re\nm = make()\nre.compile('x')\ntorch.compile(m)(torch.ones(2))")
+    assert not unknown.minimal and unknown.compiled_ops is None and "m" in (unknown.why_not or "")

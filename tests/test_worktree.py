@@ -228,3 +228,77 @@ async def test_a_repository_deleted_under_a_worktree_is_a_clear_error(mini: Mini
     assert [e.ok for e in mini.store.evidence(case_id, "main_check")] == [True]
     status = await call(mini, "get_workflow", case_id=case_id)
     assert not status.is_error, status.content[0].text
+
+
+CHECK_MAIN = """\
+import pkg.ops
+from pkg.ops import double
+
+print("ops from", pkg.ops.__file__)
+print("double(21) =", double(21))
+"""
+
+
+async def test_a_script_runs_against_main_in_the_worktree(mini_branch_bug: Mini):
+    """where="main": the script imports main's code (main has no bug here), its runs are recorded as
+    runs against main, and no evidence about the case's tree comes of them."""
+    mini = mini_branch_bug
+    case_id = mini.new_case()
+    mini.reproduce(case_id)
+    await register(mini, case_id)
+    created = (await call(mini, "make_worktree", case_id=case_id, action="create", ref="main")).structured_content
+    worktree = Path(created["worktree"])
+    (mini.repo / "check_main.py").write_text(CHECK_MAIN)  # untracked: not on main
+    evidence_before = [(e.step, e.ok) for e in mini.store.evidence(case_id)]
+
+    on_case = (await call(mini, "run_with_logs", case_id=case_id, script="check_main.py", repeat=1)).structured_content
+    assert on_case["runs"][0]["failed"] and on_case["failure"]["exception_type"].endswith("ValueError"), on_case
+    assert on_case["on_main"] is None
+
+    result = await call(mini, "run_with_logs", case_id=case_id, script="check_main.py", repeat=2, where="main")
+    data = result.structured_content
+    assert not result.is_error, result.content[0].text
+    main_commit = git(mini.repo, "rev-parse", "main").strip()
+    assert data["on_main"]["commit"] == main_commit and data["on_main"]["worktree"] == str(worktree)
+    placed = worktree / "check_main.py"
+    assert data["on_main"]["script"] == str(placed) and placed.read_text() == CHECK_MAIN
+    assert not any(r["failed"] for r in data["runs"]) and data["failure"] is None, data
+    for run in data["runs"]:
+        record = mini.store.get_run(run["run_id"], case_id)
+        stdout = Path(record.stdout_path).read_text()
+        assert f"ops from {worktree / 'pkg' / 'ops.py'}" in stdout and "double(21) = 42" in stdout, stdout
+        assert record.result["against"] == f"main@{main_commit[:12]}" and record.cwd == str(worktree)
+    assert data["recorded"] == [] and data["on_main"]["same_as_case"] is None
+    assert "does not fail on main" in data["next_step"] and "Workflow:" in data["next_step"]
+    assert [(e.step, e.ok) for e in mini.store.evidence(case_id)] == evidence_before
+    # The copied script is the server's own change: the worktree is removed without force.
+    removed = await call(mini, "make_worktree", case_id=case_id, action="remove", ref="main")
+    assert not removed.is_error, removed.content[0].text
+    assert not worktree.exists()
+
+
+async def test_a_failure_on_main_never_counts_as_the_reproduction(mini: Mini):
+    """The bug is on main too: the runs there fail every time, yet the reproduce step stays open."""
+    case_id = mini.new_case()
+    add_test(mini.repo, "test/test_ops.py", LARGE_TEST)
+    seed_test(mini.store, case_id)
+    refused = error_text(await call(mini, "run_with_logs", case_id=case_id, script="repro.py", where="main"))
+    assert f'make_worktree(case_id="{case_id}", action="create", ref="main")' in refused, refused
+    created = (await call(mini, "make_worktree", case_id=case_id, action="create", ref="main")).structured_content
+    assert created["ok"], created
+
+    data = (await call(mini, "run_with_logs", case_id=case_id, script="repro.py", repeat=2,
+                       where="main")).structured_content
+    assert data["reproduced"] and data["failure"]["exception_type"].endswith("ValueError"), data
+    assert data["recorded"] == [] and not mini.store.evidence(case_id, "reproduce")
+    assert "no reproduction on your tree" in data["next_step"]
+    status = (await call(mini, "get_workflow", case_id=case_id)).structured_content["case"]
+    assert next(s for s in status["steps"] if s["step"] == "reproduce")["status"] == "pending"
+    # A script inside the worktree, run as the case's, is refused: it would run main's code.
+    inside = Path(created["worktree"]) / "repro.py"
+    text = error_text(await call(mini, "run_with_logs", case_id=case_id, script=str(inside)))
+    assert "worktree" in text and 'where="main"' in text
+    # A new case without a registered test is told to register one before making the worktree.
+    other = mini.new_case()
+    text = error_text(await call(mini, "run_with_logs", case_id=other, script="repro.py", where="main"))
+    assert f'make_worktree(case_id="{other}"' in text and "register_test(" in text

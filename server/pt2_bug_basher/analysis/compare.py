@@ -14,7 +14,8 @@ its failure. `same_failure(seen, wanted, rules)` answers at the strictest level 
 `Rules` holds what legitimately differs between the callers; the presets name them:
 `RERUN` / `RERUN_OR_ACCURACY` (the reducers), `new_test(...)` (register_test: the test against
 the reproduction), `on_other_ref(...)` (make_worktree: the registered test on another ref against
-the same test on the agent's tree).
+the same test on the agent's tree), `script_on_other_ref(...)` (run_with_logs on main: the repro
+script there against the reproduction).
 """
 
 from __future__ import annotations
@@ -147,6 +148,11 @@ def new_test(test_file: str) -> Rules:
 def on_other_ref(ref: str) -> Rules:
     """make_worktree: the registered test on another ref against its failure on the agent's tree."""
     return Rules(category_alone="known", seen_as=f"on {ref} the test", wanted_as="on your tree it")
+
+
+def script_on_other_ref(ref: str) -> Rules:
+    """run_with_logs where="main": the repro script run on another ref against the case's reproduction."""
+    return Rules(reruns=True, seen_as=f"on {ref} the script", wanted_as="on your tree it")
 
 
 class Match(BaseModel):

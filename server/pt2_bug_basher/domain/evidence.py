@@ -34,6 +34,7 @@ class ReproduceEvidence(EvidencePayload):
     run_ids: list[str] = Field(default_factory=list)
     repeat: int | None = None
     signatures: list[str] = Field(default_factory=list, description="a failed attempt: each run's signature")
+    script_sha256: str | None = Field(None, description="the script's content when it ran")
 
 
 class ReduceEvidence(EvidencePayload):
@@ -43,6 +44,7 @@ class ReduceEvidence(EvidencePayload):
     mode: str | None = None
     comparison: str | None = None
     budget_exhausted: bool = False
+    already_minimal: bool = Field(False, description="judged minimal from its source: no reduction was attempted")
 
 
 class TestEvidence(EvidencePayload):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -37,6 +38,17 @@ class RecompileInfo(BaseModel):
     count: int
 
 
+class OnMain(BaseModel):
+    """Where a run with where="main" ran: the main-check worktree, its ref and commit."""
+
+    ref: str
+    commit: str
+    worktree: str
+    script: str = Field(description="the script as run: copied to its place in the worktree when it is the case's")
+    same_as_case: str | None = Field(None, description=(
+        "how the failure compares with the case's reproduction (signature or exception); None: it differs"))
+
+
 class RunWithLogsResult(BaseModel):
     case_id: str
     script: str
@@ -65,8 +77,17 @@ class RunWithLogsResult(BaseModel):
         f"reruns with TORCH_LOGS={SILENT_LOGS} of a script that exited 0: what they show decides"))
     verdict: Verdict | None = Field(None, description="the diagnosis from all runs, with the evidence behind it")
     recorded: list[str] = Field(default_factory=list, description="workflow evidence this call recorded")
+    on_main: OnMain | None = Field(None, description="where=\"main\": the worktree, ref and commit it ran against")
     notes: list[str] = Field(default_factory=list)
     next_step: str
+
+
+def script_digest(script: Path) -> str | None:
+    """The SHA-256 of the script's content (None when it cannot be read)."""
+    try:
+        return hashlib.sha256(script.read_bytes()).hexdigest()
+    except OSError:
+        return None
 
 
 def check_args(args: list[str] | None) -> list[str]:
@@ -102,12 +123,13 @@ async def run_repro(
     inductor_config: dict[str, object] | None = None,
     differential: bool = False,
     layer: str | None = None,
+    run_note: dict[str, str] | None = None,
 ) -> RunWithLogsResult:
     """Run the script `repeat` times (in parallel within the usable CPUs) and summarise what the runs showed.
 
     `differential`: one more run in the same batch with compilation off, and, when every run exits 0 without
     logs asked for, reruns with graph-break and recompile logs. Records the runs, not the workflow evidence:
-    the reproduce and logs steps decide what they prove."""
+    the reproduce and logs steps decide what they prove. `run_note` is added to every run's stored result."""
     argv = python_argv(case, script, args)
     if inductor_config:
         sets = [item for key, value in inductor_config.items() for item in ("--set", f"{key}={json.dumps(value)}")]
@@ -147,14 +169,14 @@ async def run_repro(
     compile_off = RunVerdict(off_result) if off_result is not None else None
     for p in [*parsed, *([compile_off] if compile_off else [])]:
         store.set_run_result(p.result.run_id, {
-            "failed": p.failed, "signature": p.signature, "category": p.classification.category,
+            "failed": p.failed, "signature": p.signature, "category": p.classification.category, **(run_note or {}),
         })
     logged: list[RunVerdict] = []
     exited_clean = all(p.result.outcome.exit_code == 0 and not p.result.outcome.timed_out for p in parsed)
     if differential and not logs_spec and exited_clean and not all(
             p.failed and p.classification.category == "accuracy" for p in parsed):
         logged = await _logged_reruns(store, case, argv, script, repeat=repeat, env_add=env_add, timeout_s=timeout_s,
-                                      cwd=cwd, progress=progress, tool=tool)
+                                      cwd=cwd, progress=progress, tool=tool, run_note=run_note or {})
     first = parsed[0]
     deciding = logged if logged and any(v.failed for v in logged) else parsed
     signatures = {p.signature for p in deciding}
@@ -196,7 +218,7 @@ async def run_repro(
 
 async def _logged_reruns(
     store: Store, case: CaseRecord, argv: list[str], script: Path, *, repeat: int, env_add: dict[str, str],
-    timeout_s: float, cwd: Path | None, progress: ProgressFn | None, tool: str,
+    timeout_s: float, cwd: Path | None, progress: ProgressFn | None, tool: str, run_note: dict[str, str],
 ) -> list[RunVerdict]:
     """A script that exited 0 may still have broken graphs or hit the recompile limit: rerun it with those logs."""
     results: list[RunResult | None] = [None] * repeat
@@ -216,7 +238,7 @@ async def _logged_reruns(
     logged = [RunVerdict(r) for r in results if r is not None]
     for v in logged:
         store.set_run_result(v.result.run_id, {
-            "failed": v.failed, "signature": v.signature, "category": v.classification.category,
+            "failed": v.failed, "signature": v.signature, "category": v.classification.category, **run_note,
         })
     return logged
 

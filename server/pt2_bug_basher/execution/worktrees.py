@@ -86,6 +86,8 @@ class WorktreeRecord:
     test_file: str | None = None
     linked: list[str] = field(default_factory=list)
     torch_from_repo: bool = False
+    placed: list[str] = field(default_factory=list)
+    """scripts of the case's tree the server copied in, to run them against the worktree's sources"""
 
     def to_json(self) -> str:
         return json.dumps(self.__dict__)
@@ -109,23 +111,25 @@ def _forget(store: Store, path: Path) -> None:
 
 
 def case_worktree(store: Store, case: CaseRecord, ref: str | None = None) -> WorktreeRecord:
-    """The case's worktree (of ref, else of the latest main check), which must exist."""
+    """The case's worktree (of ref; else of the latest main check, else of main), which must exist."""
+    create = f'make_worktree(case_id="{case.case_id}", action="create", ref="{ref or "main"}")'
     if ref is None:
-        checks = [p for p in (e.payload(MainCheckEvidence) for e in store.evidence(case.case_id, "main_check"))
+        checks = [p.worktree for p in (e.payload(MainCheckEvidence) for e in store.evidence(case.case_id, "main_check"))
                   if p.worktree]
+        default = str(worktree_path(store, case.case_id, "main"))
+        candidates = [Path(p) for p in dict.fromkeys([*reversed(checks), default])]
+        for path in candidates:
+            record = get_record(store, path)
+            if record is not None and path.is_dir():
+                return record
         if not checks:
-            raise NotFound(
-                f'the case has no worktree yet: make_worktree(case_id="{case.case_id}", action="create", ref="main")'
-            )
-        path = Path(checks[-1].worktree or "")
+            raise NotFound(f"the case has no worktree yet: {create}")
+        path = Path(checks[-1])
     else:
         path = worktree_path(store, case.case_id, check_ref(ref))
     record = get_record(store, path)
     if record is None or not path.is_dir():
-        raise NotFound(
-            f"no worktree of the server at {path}: "
-            f'make_worktree(case_id="{case.case_id}", action="create", ref="{ref or "main"}")'
-        )
+        raise NotFound(f"no worktree of the server at {path}: {create}")
     return record
 
 
@@ -287,6 +291,7 @@ def _remove_sync(store: Store, case: CaseRecord, path: Path, record: WorktreeRec
         _forget(store, path)
         return
     allowed = {record.test_file} if record.test_file else set()
+    allowed.update(record.placed)
     allowed.update(record.linked)
     allowed.update(f"{name}/" for name in record.linked)
     changed = _changed_files(path, {a for a in allowed if a})
@@ -353,3 +358,44 @@ def run_environment(record: WorktreeRecord) -> tuple[Path, dict[str, str], list[
         cwd = (path / record.test_file).parent if record.test_file else path
         return cwd, {}, notes
     return path, {"PYTHONPATH": pythonpath_with(path, os.environ)}, notes
+
+
+def _place_sync(store: Store, record: WorktreeRecord, script: Path) -> Path:
+    path = Path(record.path)
+    if script.is_relative_to(path):
+        return script
+    primary = Path(record.repo).resolve()
+    if not script.is_relative_to(primary):
+        return script  # outside the repository: its own folder shadows nothing of the tree
+    rel = script.relative_to(primary).as_posix()
+    target = path / rel
+    if target.is_file() and not target.is_symlink() and target.read_bytes() == script.read_bytes():
+        return target
+    if rel not in record.placed and (target.exists() or target.is_symlink()):
+        own = {name for name in (record.test_file, *record.placed) if name}
+        if target.is_symlink() or not target.is_file() or rel in _changed_files(path, own):
+            raise InvalidInput(
+                f"{target} in the worktree has changes the server did not make (or is not a plain file); the "
+                f"script will not overwrite it. Move the script to another name in the repository, or save "
+                f'that change and make the worktree again: make_worktree(case_id="{record.case_id}", '
+                f'action="create", ref="{record.ref}", force=true).'
+            )
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(script, target)
+    if rel not in record.placed:
+        record.placed.append(rel)
+        store.set_kv(KV_PREFIX + str(path), record.to_json())
+    return target
+
+
+async def place_script(store: Store, record: WorktreeRecord, script: Path) -> Path:
+    """The path to run `script` at so that it imports the worktree's sources: a script of the case's
+    repository is copied to the same place in the worktree (a script beside the repository's packages
+    would import the case's own copies first, from its folder); any other script runs where it is."""
+    path = Path(record.path)
+    async with _lock(path):
+        current = get_record(store, path) or record
+        try:
+            return await anyio.to_thread.run_sync(_place_sync, store, current, script.resolve())
+        except OSError as exc:
+            raise InvalidInput(f"could not copy {script} into the worktree {path}: {exc}") from exc

@@ -27,6 +27,7 @@ from pt2_bug_basher.domain.names import Step
 from pt2_bug_basher.execution.cpus import usable_cpus
 from pt2_bug_basher.execution.runner import ProcessOutcome
 from pt2_bug_basher.execution.runs import BASE_ENV, RunResult, execute, private_cache_env
+from pt2_bug_basher.reduce import minimal
 from pt2_bug_basher.reduce.dynamo_guards import dynamo_decisions, wants_guard_run
 
 PROBES = Path(__file__).resolve().parents[1] / "_probes"
@@ -51,6 +52,8 @@ class Reference:
     """environment additions the reproduction ran with (TORCH_LOGS, the user's env), BASE_ENV removed"""
     duration_s: float
     run_ids: list[str]
+    script_sha256: str | None = None
+    """the script's content when the reproduction ran it (None: not recorded)"""
 
     @property
     def failure(self) -> Failure:
@@ -84,6 +87,7 @@ def load_reference(store: Store, case: CaseRecord) -> Reference:
         signature=data.signature, category=data.category or "unknown",
         exception_type=data.exception_type, message=data.message, env=env,
         duration_s=max(durations) if durations else 30.0, run_ids=list(data.run_ids),
+        script_sha256=data.script_sha256,
     )
 
 
@@ -259,6 +263,11 @@ async def localize(
         notes=notes, dynamo=dynamo, suspects=suspects,
         next_step=f"Reduce it: {minify_call} (mode=\"auto\" picks the same from this localisation).",
     )
+    judged = minimal.judge(script.read_text(errors="replace"))
+    if judged.minimal:
+        result.next_step = (f"The repro is already minimal ({judged.describe()}): "
+                            f'minify(case_id="{cid}") records that and completes step 3 without reducing '
+                            f"({minify_call} would run the reducer anyway).")
     record = LocalizeRecord(first_failing=first, layer=layer, signature=ref.signature,
                             table=[LadderRowRecord(**row.model_dump()) for row in table], suspects=suspects)
     store.set_localization(cid, record)

@@ -10,7 +10,7 @@ from pathlib import Path
 import anyio
 from pydantic import BaseModel, Field
 
-from pt2_bug_basher.analysis.compare import RERUN, describe, run_failure, same_failure
+from pt2_bug_basher.analysis.compare import RERUN, RERUN_OR_ACCURACY, describe, run_failure, same_failure
 from pt2_bug_basher.case.store import CaseRecord, Store
 from pt2_bug_basher.domain.errors import BugBasherError, InvalidInput, NotFound
 from pt2_bug_basher.domain.evidence import ReduceEvidence
@@ -18,6 +18,7 @@ from pt2_bug_basher.domain.names import Step
 from pt2_bug_basher.execution.cpus import usable_cpus
 from pt2_bug_basher.execution.runs import execute
 from pt2_bug_basher.playbooks import PLAYBOOKS
+from pt2_bug_basher.reduce import minimal
 from pt2_bug_basher.reduce.ladder import Reference, run_timeout
 
 MODES = ("auto", "fx", "source")
@@ -63,6 +64,9 @@ class MinifyResult(BaseModel):
     minimized_failure: str | None = None
     confirm_run_id: str | None = None
     helped: bool = False
+    already_minimal: bool = Field(False, description=(
+        "mode='auto' judged the script minimal from its source (statements, ops in the compiled code): "
+        "nothing was reduced, and it was confirmed to fail the case's way"))
     budget_s: float
     budget_exhausted: bool = False
     seconds: float
@@ -130,7 +134,16 @@ async def run_minify(store: Store, case: CaseRecord, ref: Reference, script: Pat
                      budget_s: float, progress, cwd: Path | None = None) -> MinifyResult:
     started = time.monotonic()
     why = f"mode={mode} was asked for"
+    judged_note = None
     if mode == "auto":
+        judged = minimal.judge(script.read_text(errors="replace"))
+        if judged.minimal:
+            done = await _already_minimal(store, case, ref, script, judged, budget_s, progress, cwd)
+            done.seconds = round(time.monotonic() - started, 1)
+            _record(store, case, done)
+            done.next_step = _next_step(case.case_id, done)
+            return done
+        judged_note = f"not already minimal: {judged.why_not}"
         mode, after, why = pick_mode(store, case, ref)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     work = store.case_dir(case.case_id) / "minify" / f"{mode}-{stamp}-{time.monotonic_ns() % 10**6}"
@@ -150,9 +163,51 @@ async def run_minify(store: Store, case: CaseRecord, ref: Reference, script: Pat
                           result, cwd)
     else:
         await _source(store, case, ref, script, budget_s, progress, work, result, cwd)
+    if judged_note:
+        result.notes.insert(0, judged_note)
     result.seconds = round(time.monotonic() - started, 1)
     _record(store, case, result)
     result.next_step = _next_step(case.case_id, result)
+    return result
+
+
+async def _already_minimal(store: Store, case: CaseRecord, ref: Reference, script: Path, judged: minimal.Minimality,
+                           budget_s: float, progress, cwd: Path | None) -> MinifyResult:
+    """A script judged minimal from its source: confirm it fails the case's way (the reproduction's runs,
+    when it is the reproduced script unchanged; else one fresh run), and reduce nothing."""
+    from pt2_bug_basher.execution.repro import script_digest
+    from pt2_bug_basher.reduce.source import size_of
+
+    source = script.read_text(errors="replace")
+    sizes = {**size_of(source), **judged.sizes()}
+    why = f"already minimal: {judged.describe()}; no reduction attempted"
+    loc = store.localization(case.case_id)
+    if loc is not None and loc.signature == ref.signature and loc.first_failing:
+        why += f"; localize: it first fails with backend={loc.first_failing} ({loc.layer or 'layer unknown'})"
+    result = MinifyResult(case_id=case.case_id, mode="none", why_mode=why, script=str(script), budget_s=budget_s,
+                          seconds=0.0, next_step="", before=sizes, after=dict(sizes), already_minimal=True)
+    unchanged = script.resolve() == ref.script.resolve() and ref.script_sha256 is not None \
+        and script_digest(script) == ref.script_sha256
+    if unchanged and ref.run_ids:
+        result.confirmed, result.comparison = True, "signature"
+        result.minimized_failure, result.confirm_run_id = ref.signature, ref.run_ids[0]
+        result.notes.append(f"the reproduction's runs ({', '.join(ref.run_ids)}) ran this very script and failed "
+                            "the case's way every time")
+    else:
+        await progress("already minimal: confirming it fails the case's way in a fresh process")
+        confirm = await execute(store, case, [case.python, str(script), *ref.args], tool="minify",
+                                cwd=cwd or script.parent, env_add=ref.env, timeout_s=run_timeout(ref),
+                                progress=progress, label="confirm run (already minimal)")
+        seen = run_failure(confirm)
+        match = same_failure(seen, ref.failure, RERUN_OR_ACCURACY)
+        result.confirmed, result.comparison = match.matches, match.level
+        result.minimized_failure, result.confirm_run_id = describe(seen), confirm.run_id
+        if match.matches:
+            result.notes.append(f"run {confirm.run_id} of this script alone fails the case's way ({match.reason})")
+        else:
+            result.notes.append(f"the script is minimal, but run alone it does not fail the case's way: {match.reason}")
+    if result.confirmed:
+        result.minimized_path = str(script)
     return result
 
 
@@ -271,7 +326,9 @@ def _record(store: Store, case: CaseRecord, result: MinifyResult) -> None:
     after = result.after.get("nodes", result.after.get("lines"))
     unit = "nodes" if "nodes" in result.after else "lines"
     name = Path(result.minimized_path).name
-    if result.confirmed:
+    if result.already_minimal:
+        summary = f"{result.why_mode}; {name} fails the case's way ({result.comparison}, run {result.confirm_run_id})"
+    elif result.confirmed:
         summary = (f"{result.mode} reduction {before} -> {after} {unit}: {name} fails the same way "
                    f"({result.comparison})")
     else:
@@ -279,13 +336,23 @@ def _record(store: Store, case: CaseRecord, result: MinifyResult) -> None:
     store.add_evidence(case.case_id, Step.reduce.value, result.confirmed, summary[:500], run_id=result.confirm_run_id,
                        data=ReduceEvidence(minimized_path=result.minimized_path, before=result.before,
                                            after=result.after, mode=result.mode, comparison=result.comparison,
-                                           budget_exhausted=result.budget_exhausted))
+                                           budget_exhausted=result.budget_exhausted,
+                                           already_minimal=result.already_minimal))
     if result.confirmed:
         result.recorded.append("reduce")
 
 
 def _next_step(case_id: str, result: MinifyResult) -> str:
     call_src = f'minify(case_id="{case_id}", mode="source")'
+    register = (f'register_test(case_id="{case_id}", test_file="test/<area>/test_<topic>.py", '
+                f'test_name="<TestClass.test_name>")')
+    if result.already_minimal and result.confirmed:
+        return (f"{Path(result.script).name} is {result.why_mode}. Step 3 is complete; next, turn it into a failing "
+                f"unit test: {register}.")
+    if result.already_minimal:
+        return (f"{result.script} is minimal but does not fail the case's way on its own (see notes). Make it the "
+                f'reproduction: run_with_logs(case_id="{case_id}", script="{result.script}", repeat=2), then '
+                f'minify(case_id="{case_id}") again.')
     if result.confirmed:
         more = ""
         if result.budget_exhausted:
@@ -294,8 +361,7 @@ def _next_step(case_id: str, result: MinifyResult) -> str:
         elif not result.helped:
             more = " The reducer could not make it smaller: it is already minimal for this method."
         return (f"Reduced repro: {result.minimized_path}.{more} Next, turn it into a failing unit test: "
-                f'register_test(case_id="{case_id}", test_file="test/<area>/test_<topic>.py", '
-                f'test_name="<TestClass.test_name>").')
+                f"{register}.")
     if result.mode == "fx":
         return ("PyTorch's minifier did not give a confirmed smaller repro (see notes). Next try the source "
                 f"reducer, which needs no captured graph: {call_src}; or localise the layer first: "

@@ -10,17 +10,30 @@ from pt2_bug_basher.case.store import CaseRecord, Store
 from pt2_bug_basher.domain.errors import InvalidInput
 from pt2_bug_basher.domain.evidence import ReproduceEvidence
 from pt2_bug_basher.domain.names import Step, ToolName
-from pt2_bug_basher.execution.repro import SILENT_LOGS, RunWithLogsResult, check_args, check_repeat, run_repro
+from pt2_bug_basher.execution.repro import (
+    SILENT_LOGS,
+    RunWithLogsResult,
+    check_args,
+    check_repeat,
+    run_repro,
+    script_digest,
+)
 from pt2_bug_basher.execution.runs import ProgressFn, check_env_additions, check_timeout
 from pt2_bug_basher.steps import logs as logs_step
+from pt2_bug_basher.steps.on_main import run_on_main
+
+WHERE = ("case", "main")
 
 
 async def run_with_logs(
     state: AppState, case_id: str, script: str, args: list[str] | None = None, logs: str | None = None,
     repeat: int = 2, trace: bool = False, env: dict[str, str] | None = None, cwd: str | None = None,
-    timeout_s: float | None = None, *, progress: ProgressFn | None = None,
+    timeout_s: float | None = None, where: str = "case", *, progress: ProgressFn | None = None,
 ) -> RunWithLogsResult:
-    """Run the repro `repeat` times; record the reproduction (repeat >= 2) and, after the main check, the logs."""
+    """Run the repro `repeat` times; record the reproduction (repeat >= 2) and, after the main check, the logs.
+    where="main": run it against the main-check worktree's sources instead, recording no evidence."""
+    if where not in WHERE:
+        raise InvalidInput(f"where must be 'case' (your tree) or 'main' (the main-check worktree), not {where!r}.")
     flow = await state.gate(ToolName.run_with_logs, case_id)
     case = flow.case
     script_path = state.script_file(case, script)
@@ -28,6 +41,16 @@ async def run_with_logs(
     if work_dir is not None and not work_dir.is_dir():
         raise InvalidInput(f"cwd {work_dir} is not a directory.")
     request = logs_step.resolve(case, logs, check_env_additions(env))
+    if where == "main":
+        return await run_on_main(state, flow, script_path, args=check_args(args), request=request,
+                                 repeat=check_repeat(repeat), trace=trace, cwd=work_dir,
+                                 timeout_s=check_timeout(timeout_s), progress=progress)
+    if script_path.is_relative_to((state.store.state_dir / "worktrees").resolve()):
+        raise InvalidInput(
+            f"{script_path} lies in a worktree of the server, which holds another ref's code: its runs would say "
+            "nothing about your tree. Pass the script's path in your repository, and where=\"main\" to run it "
+            f'against main: run_with_logs(case_id="{case_id}", script="<path in the repository>", where="main").'
+        )
     result = await run_and_record(
         state.store, case, script_path, args=check_args(args), logs_spec=request.spec, repeat=check_repeat(repeat),
         trace=trace, env_add=request.env, timeout_s=check_timeout(timeout_s), cwd=work_dir, progress=progress,
@@ -47,15 +70,17 @@ async def run_and_record(
     """Run the repro (no gate, inputs already checked) and record the evidence its runs give.
 
     A reproduction (repeat >= 2) also runs the script with compilation off and, when it exits 0, with logs."""
+    digest = script_digest(script)
     result = await run_repro(store, case, script, args=args, logs_spec=logs_spec, repeat=repeat, trace=trace,
                              env_add=env_add, timeout_s=timeout_s, cwd=cwd, progress=progress, tool=tool,
                              inductor_config=inductor_config, differential=repeat >= 2, layer=layer)
-    record(store, case, script, args, result)
+    record(store, case, script, args, result, digest)
     logs_step.record(store, case, result, logs_spec, main_check_done)
     return result
 
 
-def record(store: Store, case: CaseRecord, script: Path, args: list[str], result: RunWithLogsResult) -> None:
+def record(store: Store, case: CaseRecord, script: Path, args: list[str], result: RunWithLogsResult,
+           digest: str | None = None) -> None:
     """Two runs or more: a reproduction when all failed with one signature, a failed attempt otherwise.
 
     A reproduction that fails without torch.compile too stops the case (not a compiler bug) until waived."""
@@ -82,7 +107,8 @@ def record(store: Store, case: CaseRecord, script: Path, args: list[str], result
         store.add_evidence(case.case_id, Step.reproduce.value, True, summary[:500], run_id=run_ids[0],
                            data=ReproduceEvidence(
                                script=str(script), args=args, signature=f.signature, category=f.category,
-                               exception_type=f.exception_type, message=f.message, run_ids=run_ids, repeat=n))
+                               exception_type=f.exception_type, message=f.message, run_ids=run_ids, repeat=n,
+                               script_sha256=digest))
         result.recorded.append(Step.reproduce.value)
         return
     why = (f"failed {failures}/{n} times" if failures != n

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Awaitable, Callable
-from typing import Annotated, ParamSpec, TypeVar
+from typing import Annotated, Literal, ParamSpec, TypeVar
 
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
@@ -43,6 +43,9 @@ ScriptArgs = Annotated[list[str] | None, Field(description="arguments for the sc
 LogsArg = Annotated[str | None, Field(description=logs_argument_description(), max_length=2000)]
 PerRunTimeout = Annotated[float | None, Field(description=f"per run, seconds (default 600, max {MAX_TIMEOUT_S:.0f})")]
 EnvArg = Annotated[dict[str, str] | None, Field(description="extra environment variables")]
+WhereRun = Annotated[Literal["case", "main"], Field(description=(
+    "'case': your tree; 'main': the case's main-check worktree (make_worktree), its sources first on the path, "
+    "the script copied to its place there; such runs are recorded but complete no step"))]
 DefaultRepro = Annotated[str | None, Field(description="the repro (default: the one the reproduction step ran)",
                                            max_length=4096)]
 

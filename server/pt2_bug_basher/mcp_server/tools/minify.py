@@ -34,6 +34,8 @@ def register(mcp: MCPServer, state: AppState) -> None:
         confirm the result in a fresh process. mode='fx' runs PyTorch's minifier (level 2 for
         crashes, 4 for accuracy) with a check string from the signature, faster trials, progress,
         and the trial output when it stops. mode='source' shrinks the script itself (statements in
-        parallel, pysource-minimize, then shapes and integer constants). Returns minimized_path
+        parallel, pysource-minimize, then shapes and integer constants). mode='auto' on a repro that
+        is already minimal (a few statements, one op in the compiled code) reduces nothing and
+        records it as such, confirmed to fail the case's way. Returns minimized_path
         (also a resource), the sizes before and after, whether it was confirmed, and next_step."""
         return await reduce.minify(state, case_id, script, mode, after, budget_s, progress=progress_reporter(ctx))

@@ -32,6 +32,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
         cwd: Annotated[str | None, Field(description="working directory (default: the script's)",
                                          max_length=4096)] = None,
         timeout_s: base.PerRunTimeout = None,
+        where: base.WhereRun = "case",
     ) -> RunWithLogsResult:
         """Steps 2 and 6. Run the repro with the case's interpreter (repeat times, in parallel within
         the cores) and return a compact failure record: exception, innermost user and torch frames,
@@ -40,6 +41,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
         recompiles log on (logs="guards,recompiles"), `dynamo` says what Dynamo compiled, whether
         later calls recompiled, and the guards on each input. With repeat ≥ 2 and the same
         signature every time, the reproduction step completes; with `logs` after the main check,
-        the logs step completes."""
+        the logs step completes. where="main" runs it against the main-check worktree's sources
+        instead: recorded runs, compared with your reproduction, completing no step."""
         return await reproduce.run_with_logs(state, case_id, script, args, logs, repeat, trace, env, cwd, timeout_s,
-                                             progress=base.progress_reporter(ctx))
+                                             where, progress=base.progress_reporter(ctx))
