@@ -20,6 +20,8 @@ import os
 import sys
 
 MARK = "PT2BB-BISECT:"
+CALLS_MARK = "PT2BB-CALLED:"
+CALLS_ENV = "PT2BB_COUNT_CALLS"
 CONFIG_MODULES = {"inductor": "torch._inductor.config", "aot_eager_decomp_partition": "torch._functorch.config"}
 
 
@@ -208,6 +210,35 @@ def install_trace() -> None:
         return disabled
 
     CompilerBisector.disable_subsystem = classmethod(traced)  # type: ignore[method-assign,assignment]
+    if os.environ.get(CALLS_ENV):
+        count_calls(os.environ[CALLS_ENV])
+
+
+def count_calls(spec: str) -> None:
+    """spec 'package.module:name1,name2': count calls of those module-level functions (through the
+    module's globals, as the code calls them) and print the counts at exit."""
+    import atexit
+    import importlib
+
+    module_name, _, names = spec.partition(":")
+    module = importlib.import_module(module_name)
+    counts = dict.fromkeys(filter(None, names.split(",")), 0)
+
+    def counted(name, fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            counts[name] += 1
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    for name in list(counts):
+        fn = getattr(module, name, None)
+        if callable(fn):
+            setattr(module, name, counted(name, fn))
+        else:
+            counts.pop(name)
+    atexit.register(lambda: print(CALLS_MARK, json.dumps(counts), file=sys.stderr, flush=True))
 
 
 if __name__ == "__main__":

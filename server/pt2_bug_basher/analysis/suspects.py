@@ -53,37 +53,64 @@ def bisect_suspects(report: BisectReport) -> list[Suspect]:
         out.append(Suspect(file=site.file, line=site.line, function=site.function,
                            why=f"{kind} {what}, the application the bisection isolated"))
     if culprit.sites and "<locals>" not in culprit.sites[-1].function:  # a factory's closure: its helpers are generic
-        out += _helpers(culprit.sites[-1], what)
+        out += _helpers(culprit.sites[-1], what, culprit.helpers_called)
     return _unique(out)
 
 
-def _helpers(site: SourceSite, what: str) -> list[Suspect]:
-    """Module-level functions the implementing function calls that few other functions use (specific helpers)."""
+def helper_candidates(site: SourceSite) -> list[str]:
+    """Module-level functions of site's module that its function refers to and few others use."""
+    found = _module_helpers(site)
+    if found is None:
+        return []
+    _, names, users = found
+    return [name for name in names if users[name] <= HELPER_USERS_LIMIT]
+
+
+def module_name(site: SourceSite) -> str:
+    return site.file.removesuffix(".py").replace("/", ".")
+
+
+def _module_helpers(site: SourceSite) -> tuple[ast.FunctionDef, list[str], Counter[str]] | None:
     try:
         tree = ast.parse(Path(site.abs).read_text())
     except (OSError, SyntaxError, ValueError):
-        return []
+        return None
     top = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
-    target = next((n for n in top.values() if n.lineno <= site.line <= (n.end_lineno or n.lineno)), None)
+    target = next((n for n in top.values() if _first_line(n) <= site.line <= (n.end_lineno or n.lineno)), None)
     if target is None:
-        return []
+        return None
     users: Counter[str] = Counter()
     for node in top.values():
         for name in {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and n.id in top and n.id != node.name}:
             users[name] += 1
     called = [n.id for n in ast.walk(target) if isinstance(n, ast.Name) and n.id in top and n.id != target.name]
-    ranked = sorted(dict.fromkeys(called), key=lambda name: (users[name], called.index(name)))
+    return target, list(dict.fromkeys(called)), users
+
+
+def _helpers(site: SourceSite, what: str, calls: dict[str, int] | None) -> list[Suspect]:
+    """The implementing function's specific helpers (few other users); when a failing run counted their
+    calls, only those that ran, most specific first."""
+    found = _module_helpers(site)
+    if found is None:
+        return []
+    target, names, users = found
+    names = [n for n in names if users[n] <= HELPER_USERS_LIMIT and (calls is None or calls.get(n, 0) > 0)]
+    ranked = sorted(names, key=lambda name: (users[name], names.index(name)))[:MAX_HELPERS]
+    defs = {node.name: node for node in ast.parse(Path(site.abs).read_text()).body if isinstance(node, ast.FunctionDef)}
     out: list[Suspect] = []
     for name in ranked:
-        if users[name] > HELPER_USERS_LIMIT or len(out) >= MAX_HELPERS:
-            continue
-        node = top[name]
         others = users[name] - 1
-        out.append(Suspect(file=site.file, line=node.lineno, function=name,
-                           why=f"called by {target.name} (which {what.split(':')[0]} runs)"
+        ran = f"; the failing run called it {calls[name]} time(s)" if calls else ""
+        out.append(Suspect(file=site.file, line=_first_line(defs[name]), function=name,
+                           why=f"called by {target.name} (which {what.split(':')[0]} runs){ran}"
                                + (f"; used by {others} other function(s) of its module" if others else
                                   "; used by no other function of its module")))
     return out
+
+
+def _first_line(node: ast.FunctionDef) -> int:
+    """Where inspect says a function starts: its first decorator."""
+    return min([node.lineno, *(d.lineno for d in node.decorator_list)])
 
 
 def exception_suspects(error_text: str) -> list[Suspect]:

@@ -19,6 +19,9 @@ class Application(BaseModel):
     debug: str | None = Field(None, description="the bisector's own debug info (an FX node name, an op, a pass)")
     subject: str | None = Field(None, description="the op or pass it concerns")
     sites: list[SourceSite] = Field(default_factory=list, description="its implementation, most specific first")
+    helpers_called: dict[str, int] | None = Field(
+        None, description="module-level helpers of the implementing function and how often a failing run called "
+                          "them (None: not measured)")
 
 
 class BisectTrial(BaseModel):

@@ -11,9 +11,11 @@ import anyio
 from pydantic import BaseModel, Field
 
 from pt2_bug_basher.analysis.guards import DynamoDecisions, has_guard_trees, logs_recompiles, summarise_guards
+from pt2_bug_basher.analysis.suspects import exception_suspects
 from pt2_bug_basher.analysis.verdict import FailureSummary, RunOutcome, RunVerdict, Verdict, tail_lines
 from pt2_bug_basher.case.store import CaseRecord, Store
 from pt2_bug_basher.domain.errors import InvalidInput
+from pt2_bug_basher.domain.evidence import Suspect
 from pt2_bug_basher.execution.cpus import parallel_runs
 from pt2_bug_basher.execution.runs import ProgressFn, RunResult, execute, python_argv
 from pt2_bug_basher.execution.tlparse import TraceSummary, run_tlparse, trace_summary
@@ -69,6 +71,9 @@ class RunWithLogsResult(BaseModel):
         "with the guards or recompiles log on: what Dynamo compiled, whether later calls recompiled, the guards "
         "on each input and guard shapes that let a compiled entry be reused wrongly"))
     tail: list[str] = Field(default_factory=list, description="the last lines of stderr that matter")
+    suspects: list[Suspect] = Field(default_factory=list, description=(
+        "an exception raised inside torch: its innermost torch frames that are not compile plumbing, innermost "
+        "first (file relative to the torch checkout)"))
     trace: TraceSummary | None = None
     inductor_config: dict[str, object] = Field(default_factory=dict,
                                                description="Inductor config set before the script ran")
@@ -197,6 +202,8 @@ async def run_repro(
     if failing is not None:
         result.failure = failing.failure_summary()
         result.tail = tail_lines(failing.stderr)
+        if failing.classification.category != "accuracy":  # a mismatch is raised by the comparison
+            result.suspects = exception_suspects(failing.stderr)
     if differential:
         result.verdict = _verdict(result, script, deciding, compile_off, logged, layer)
     merged = logged[0].logs if logged else first.logs

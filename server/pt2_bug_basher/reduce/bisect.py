@@ -27,6 +27,7 @@ from anyio.abc import TaskGroup
 from pydantic import BaseModel
 
 from pt2_bug_basher.analysis.compare import RERUN_OR_ACCURACY, run_failure, same_failure
+from pt2_bug_basher.analysis.suspects import helper_candidates, module_name
 from pt2_bug_basher.case.store import CaseRecord, Store, new_id
 from pt2_bug_basher.domain.bisection import Application, BisectReport, BisectTrial, SourceSite
 from pt2_bug_basher.domain.errors import BugBasherError
@@ -38,6 +39,8 @@ from pt2_bug_basher.reduce.ladder import LAUNCHER, PROBES, Reference, run_timeou
 
 BISECT_PROBE = PROBES / "bisect_probe.py"
 TRACE_MARK = "PT2BB-BISECT:"
+CALLS_MARK = "PT2BB-CALLED:"
+CALLS_ENV = "PT2BB_COUNT_CALLS"
 BISECTABLE_BACKENDS = ("aot_eager_decomp_partition", "inductor")
 DEFAULT_BUDGET_S = 900.0
 MAX_APPLICATIONS = 1_000_000
@@ -92,6 +95,17 @@ def _environ(extra: dict[str, str]) -> dict[str, str]:
     return {**os.environ, **extra}
 
 
+def parse_calls(stderr: str) -> dict[str, int] | None:
+    for line in reversed(stderr.splitlines()):
+        if line.startswith(CALLS_MARK):
+            try:
+                data = json.loads(line[len(CALLS_MARK):])
+            except ValueError:
+                return None
+            return {str(k): int(v) for k, v in data.items()} if isinstance(data, dict) else None
+    return None
+
+
 def parse_trace(stderr: str, subsystem: str) -> list[Application]:
     seen: list[Application] = []
     for line in stderr.splitlines():
@@ -118,6 +132,7 @@ class _Trials:
         self.trials: list[BisectTrial] = []
         self.timeout = run_timeout(ref)
         self.forked: ForkServerEvaluator | None = None
+        self.last_calls: dict[str, int] | None = None
 
     @property
     def shared_env(self) -> dict[str, str]:
@@ -141,8 +156,9 @@ class _Trials:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(f"{sub.field}={sub.value}\n")
 
-    async def run(self, sub: Subsystem, max_enabled: int | None) -> tuple[BisectTrial, list[Application]]:
-        steer = {"TORCH_BISECT_BACKEND": self.backend, "TORCH_BISECT_SUBSYSTEM": sub.name}
+    async def run(self, sub: Subsystem, max_enabled: int | None, extra: dict[str, str] | None = None
+                  ) -> tuple[BisectTrial, list[Application]]:
+        steer = {"TORCH_BISECT_BACKEND": self.backend, "TORCH_BISECT_SUBSYSTEM": sub.name, **(extra or {})}
         if max_enabled is not None:
             steer["TORCH_BISECT_MAX"] = str(max_enabled)
         argv = [self.case.python, str(LAUNCHER), "--backend", self.backend, "--bisect-trace", "--",
@@ -173,7 +189,9 @@ class _Trials:
                             seconds=round(time.monotonic() - started, 1))
         self.trials.append(trial)
         await self.progress(f"{label}: {outcome}")
-        return trial, parse_trace(result.stderr_text(16 * 1024 * 1024), sub.name)
+        stderr = result.stderr_text(16 * 1024 * 1024)
+        self.last_calls = parse_calls(stderr)
+        return trial, parse_trace(stderr, sub.name)
 
     async def _forked_run(self, argv: list[str], steer: dict[str, str]) -> RunResult:
         """A trial in a child forked from the warm server: a separate process, recorded as its own run
@@ -333,12 +351,29 @@ async def _bisect(trials: _Trials, subsystems: list[Subsystem], backend: str, no
                       meaning=f"switching off {fixer.name} fixes it; the budget ran out with applications "
                               f"{lo + 1}..{hi} left (listed in candidates).")
     culprit = next((a for a in seen.get(found, []) if a.counter == found), None)
+    if culprit is not None and culprit.sites and "<locals>" not in culprit.sites[-1].function:
+        await _count_helper_calls(trials, fixer, found, culprit, notes)
     subject = (culprit.subject or culprit.debug) if culprit else None
     return report(subsystem=fixer.name, kind="bisect", bisect_number=found, applications=len(off_apps),
                   culprit=culprit,
                   result=(f"BisectionResult(backend={backend!r}, subsystem={fixer.name!r}, bisect_number={found}, "
                           f"debug_info={culprit.debug if culprit else None!r})"),
                   meaning=_meaning(fixer.name, found, culprit, subject))
+
+
+async def _count_helper_calls(trials: _Trials, sub: Subsystem, found: int, culprit: Application,
+                              notes: list[str]) -> None:
+    """One more trial at the culprit, counting which of its implementation's helpers the failing run calls."""
+    site = culprit.sites[-1]
+    names = helper_candidates(site)
+    if not names:
+        return
+    trial, _ = await trials.run(sub, found, {CALLS_ENV: f"{module_name(site)}:{','.join(names)}"})
+    if trial.outcome != "same failure":
+        notes.append(f"the confirming run at {sub.name} #{found} did not fail the same way ({trial.outcome}): "
+                     "the search may have met a flaky failure.")
+        return
+    culprit.helpers_called = trials.last_calls
 
 
 def _meaning(subsystem: str, number: int, culprit: Application | None, subject: str | None) -> str:

@@ -6,9 +6,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from pt2_bug_basher.analysis.suspects import exception_suspects
 from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.domain.errors import InvalidInput
-from pt2_bug_basher.domain.evidence import ClassifyEvidence, EvidenceLineRecord, ReproduceEvidence
+from pt2_bug_basher.domain.evidence import ClassifyEvidence, EvidenceLineRecord, ReproduceEvidence, Suspect
 from pt2_bug_basher.domain.names import Step
 from pt2_bug_basher.playbooks import CategoryGuide, diagnostic_call, guide
 
@@ -30,6 +31,9 @@ class ClassifyResult(BaseModel):
     phase: str | None = Field(None, description="trace, backend_compile or runtime, if visible")
     exception_type: str | None = None
     signature: str | None = None
+    suspects: list[Suspect] = Field(default_factory=list, description=(
+        "an exception raised inside torch: its innermost torch frames that are not compile plumbing, innermost "
+        "first (file relative to the torch checkout)"))
     diagnostic: str = Field(description="the diagnostic to run next, as an exact tool call")
     guide: CategoryGuide
     recorded: bool = Field(description="recorded as the case's classification")
@@ -85,5 +89,6 @@ async def classify_error(
         compile_mode=result.compile_mode, phase=result.phase,
         exception_type=failure.exception_type if failure else None,
         signature=failure.signature if failure else None,
+        suspects=exception_suspects(text or "") if result.category != "accuracy" else [],
         diagnostic=diagnostic, guide=guide(result.category), recorded=recorded, next_step=nxt,
     )
