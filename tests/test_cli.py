@@ -104,7 +104,10 @@ def test_triage_json_says_where_it_left_the_case(tmp_path, schemas):
         assert call.tool not in ("check_env", "run_with_logs"), step
     # the first one works from where triage left the case: its gate is open
     first = parse_call(steps[0])
-    assert first.tool == "localize" and first.arguments["script"] == str(script)  # step 3 starts with the ladder
+    # step 3 starts with the ladder, on the case's own copy of the script (it lies outside the repository)
+    copy = Path(first.arguments["script"])
+    assert first.tool == "localize" and copy.is_relative_to(state / "cases" / case_id)
+    assert copy.read_text() == script.read_text() and report["reproduction"]["script"] == str(copy)
     Workflow(Store(state), case_id, lambda: "tree").require(ToolName(first.tool))
     assert parse_call(steps[-1]).tool == "register_test"
 

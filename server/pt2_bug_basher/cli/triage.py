@@ -12,6 +12,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from pt2_bug_basher.case.paths import within
+from pt2_bug_basher.case.scripts import read_script, store_copy
 from pt2_bug_basher.case.store import Store
 from pt2_bug_basher.case.workflow import Workflow
 from pt2_bug_basher.domain.calls import format_call
@@ -51,12 +53,19 @@ async def triage(
     tell: Callable[[str], None] = say or (lambda message: None)
     if not script.is_file():
         raise InvalidInput(f"{script} is not a file: pass the repro script to triage.")
+    origin, copied = None, b""
+    if not within(script.resolve(), (repo.resolve(), store.state_dir.resolve())):
+        # outside the repository: the case keeps its own copy, which every later step finds
+        origin = script.resolve()
+        copied = read_script(origin)
     tell("checking the environment")
     env = await start_case(store, repo, conda_env=conda_env, python=python)
     report = TriageReport(env=env)
     if not env.ok or env.case_id is None:
         return report
     case = store.get_case(env.case_id)
+    if origin is not None:
+        script = store_copy(store.case_dir(case.case_id), origin.name, copied)
 
     async def progress(message: str) -> None:
         tell(message)
@@ -64,7 +73,7 @@ async def triage(
     tell(f"reproducing: running {script.name} twice")
     report.reproduction = await run_and_record(
         store, case, script, args=[], logs_spec=None, repeat=2, trace=False, env_add={}, timeout_s=timeout_s,
-        cwd=None, progress=progress, main_check_done=False, tool="triage",
+        cwd=None, progress=progress, main_check_done=False, tool="triage", origin=origin,
     )
     verdict = report.reproduction.verdict
     if verdict is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pt2_bug_basher.case.scripts import copy_note
 from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.domain.names import ToolName
 from pt2_bug_basher.execution.runs import ProgressFn, ignore_progress
@@ -16,6 +17,10 @@ async def localize(
     flow = await state.gate(ToolName.localize, case_id)
     case = flow.case
     ref = load_reference(state.store, case)
-    path = state.script_file(case, script or str(ref.script))
-    return await run_ladder(state.store, case, ref, path, progress=progress or ignore_progress)
+    chosen = state.case_script(case, script or str(ref.script))
+    result = await run_ladder(state.store, case, ref, chosen.path, progress=progress or ignore_progress)
+    note = copy_note(chosen)
+    if note:
+        result.notes.append(note)
+    return result
 

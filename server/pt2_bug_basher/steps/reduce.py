@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pt2_bug_basher.case.scripts import copy_note
 from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.domain.names import ToolName
 from pt2_bug_basher.execution.runs import ProgressFn, ignore_progress
@@ -19,6 +20,10 @@ async def minify(
     flow = await state.gate(ToolName.minify, case_id)
     case = flow.case
     ref = load_reference(state.store, case)
-    path = state.script_file(case, script or str(ref.script))
-    return await run_minify(state.store, case, ref, path, mode=mode, after=after, budget_s=budget,
-                            progress=progress or ignore_progress)
+    chosen = state.case_script(case, script or str(ref.script))
+    result = await run_minify(state.store, case, ref, chosen.path, mode=mode, after=after, budget_s=budget,
+                              progress=progress or ignore_progress)
+    note = copy_note(chosen)
+    if note:
+        result.notes.append(note)
+    return result

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pt2_bug_basher.analysis.verdict import USER_ERROR, USER_ERROR_ADVICE, RunOutcome
+from pt2_bug_basher.case.scripts import CaseScript, copy_note
 from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.case.store import CaseRecord, Store
 from pt2_bug_basher.domain.errors import InvalidInput
@@ -23,16 +24,17 @@ async def run_with_logs(
     """Run the repro `repeat` times; record the reproduction (repeat >= 2) and, after the main check, the logs."""
     flow = await state.gate(ToolName.run_with_logs, case_id)
     case = flow.case
-    script_path = state.script_file(case, script)
     work_dir = state.confine(case, cwd, "cwd") if cwd else None
     if work_dir is not None and not work_dir.is_dir():
         raise InvalidInput(f"cwd {work_dir} is not a directory.")
     request = logs_step.resolve(case, logs, check_env_additions(env))
+    checked_args, runs, timeout = check_args(args), check_repeat(repeat), check_timeout(timeout_s)
+    chosen = state.case_script(case, script)  # last: a script from outside is copied only for a call that runs
     result = await run_and_record(
-        state.store, case, script_path, args=check_args(args), logs_spec=request.spec, repeat=check_repeat(repeat),
-        trace=trace, env_add=request.env, timeout_s=check_timeout(timeout_s), cwd=work_dir, progress=progress,
+        state.store, case, chosen.path, args=checked_args, logs_spec=request.spec, repeat=runs,
+        trace=trace, env_add=request.env, timeout_s=timeout, cwd=work_dir, progress=progress,
         main_check_done=flow.is_complete(Step.main_check), inductor_config=request.inductor_config,
-        layer=localized_layer(state.store, case_id),
+        layer=localized_layer(state.store, case_id), origin=chosen.origin,
     )
     result.next_step = await next_step(state, result, repeat, request.spec)
     return result
@@ -42,25 +44,31 @@ async def run_and_record(
     store: Store, case: CaseRecord, script: Path, *, args: list[str], logs_spec: str | None, repeat: int,
     trace: bool, env_add: dict[str, str], timeout_s: float, cwd: Path | None, progress: ProgressFn | None,
     main_check_done: bool, tool: str = ToolName.run_with_logs.value, inductor_config: dict[str, object] | None = None,
-    layer: str | None = None,
+    layer: str | None = None, origin: Path | None = None,
 ) -> RunWithLogsResult:
     """Run the repro (no gate, inputs already checked) and record the evidence its runs give.
 
-    A reproduction (repeat >= 2) also runs the script with compilation off and, when it exits 0, with logs."""
+    A reproduction (repeat >= 2) also runs the script with compilation off and, when it exits 0, with logs.
+    `origin`: where the script (the case's copy) was copied from."""
     result = await run_repro(store, case, script, args=args, logs_spec=logs_spec, repeat=repeat, trace=trace,
                              env_add=env_add, timeout_s=timeout_s, cwd=cwd, progress=progress, tool=tool,
                              inductor_config=inductor_config, differential=repeat >= 2, layer=layer)
-    record(store, case, script, args, result)
+    note = copy_note(CaseScript(script, origin))
+    if note:
+        result.notes.append(note)
+    record(store, case, script, args, result, origin)
     logs_step.record(store, case, result, logs_spec, main_check_done)
     return result
 
 
-def record(store: Store, case: CaseRecord, script: Path, args: list[str], result: RunWithLogsResult) -> None:
+def record(store: Store, case: CaseRecord, script: Path, args: list[str], result: RunWithLogsResult,
+           origin: Path | None = None) -> None:
     """Two runs or more: a reproduction when all failed with one signature, a failed attempt otherwise.
 
     A reproduction that fails without torch.compile too stops the case (not a compiler bug) until waived."""
     runs = proving_runs(result)
     n = len(runs)
+    source = str(origin) if origin is not None else None
     if n < 2:
         return
     run_ids = [r.run_id for r in runs]
@@ -72,23 +80,24 @@ def record(store: Store, case: CaseRecord, script: Path, args: list[str], result
         summary = f"{script.name} {USER_ERROR_ADVICE} (run {off} with TORCHDYNAMO_DISABLE=1): {f.signature}"
         store.add_evidence(case.case_id, Step.reproduce.value, False, summary[:500], run_id=run_ids[0],
                            data=ReproduceEvidence(
-                               script=str(script), args=args, signature=f.signature, category=USER_ERROR,
-                               exception_type=f.exception_type, message=f.message, run_ids=[*run_ids, off],
-                               repeat=n))
+                               script=str(script), script_origin=source, args=args, signature=f.signature,
+                               category=USER_ERROR, exception_type=f.exception_type, message=f.message,
+                               run_ids=[*run_ids, off], repeat=n))
         return
     if result.reproduced and result.failure is not None:
         f = result.failure
         summary = f"{script.name} failed {n}/{n} times with the same signature ({f.category}): {f.signature}"
         store.add_evidence(case.case_id, Step.reproduce.value, True, summary[:500], run_id=run_ids[0],
                            data=ReproduceEvidence(
-                               script=str(script), args=args, signature=f.signature, category=f.category,
-                               exception_type=f.exception_type, message=f.message, run_ids=run_ids, repeat=n))
+                               script=str(script), script_origin=source, args=args, signature=f.signature,
+                               category=f.category, exception_type=f.exception_type, message=f.message,
+                               run_ids=run_ids, repeat=n))
         result.recorded.append(Step.reproduce.value)
         return
     why = (f"failed {failures}/{n} times" if failures != n
            else f"failed every time but with {len({r.signature for r in runs})} different signatures")
     store.add_evidence(case.case_id, Step.reproduce.value, False, f"{script.name} {why}", run_id=run_ids[0],
-                       data=ReproduceEvidence(script=str(script), run_ids=run_ids,
+                       data=ReproduceEvidence(script=str(script), script_origin=source, run_ids=run_ids,
                                               signatures=sorted(str(r.signature) for r in runs)))
 
 
