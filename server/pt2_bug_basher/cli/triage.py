@@ -19,11 +19,12 @@ from pt2_bug_basher.case.workflow import Workflow
 from pt2_bug_basher.domain.calls import format_call
 from pt2_bug_basher.domain.errors import InvalidInput
 from pt2_bug_basher.domain.names import ToolName
+from pt2_bug_basher.execution.pytest.static_checks import suggest_test_files
 from pt2_bug_basher.execution.repro import RunWithLogsResult
 from pt2_bug_basher.execution.runs import DEFAULT_TIMEOUT_S
 from pt2_bug_basher.playbooks import PLAYBOOKS, diagnostic_call
 from pt2_bug_basher.steps.environment import CheckEnvResult, start_case
-from pt2_bug_basher.steps.reproduce import run_and_record
+from pt2_bug_basher.steps.reproduce import localized_layer, run_and_record
 
 DID_NOT_FAIL = ("The script did not fail: exit 0, no mismatch reported, no graph break or recompile limit in its "
                 "logs, and the same with compilation off. Make it fail the way the bug does (backend, mode, dynamic, "
@@ -40,7 +41,10 @@ class TriageReport(BaseModel):
     advice: str | None = Field(None, description="why the method stops here, when it does")
     next_steps: list[str] = Field(default_factory=list,
                                   description="tool calls that go on from where triage left the case, in order")
-    test_files: list[str] = Field(default_factory=list, description="topical test files for the category")
+    test_files: list[str] = Field(default_factory=list, description="topical test files for the category that exist "
+                                                                    "in the repository")
+    test_file_upstream: str | None = Field(None, description="NOT in the repository: upstream PyTorch's topical test "
+                                                             "file, named when none of the category's exists here")
     env: CheckEnvResult
     reproduction: RunWithLogsResult | None = None
     with_logs: RunWithLogsResult | None = None
@@ -93,19 +97,17 @@ async def triage(
         report.reproduction.next_step = stopped
         return report
     playbook = PLAYBOOKS.get(failure.category)
-    if verdict is not None and verdict.playbook:
-        report.test_files = list(PLAYBOOKS[verdict.playbook].test_files)
+    if playbook is not None:
+        homes = suggest_test_files(Path(case.repo), failure.category, localized_layer(store, case.case_id))
+        report.test_files, report.test_file_upstream = homes.present, homes.upstream
     logged_already = bool(report.reproduction.logged_runs) and failure.category in ("graph_break", "recompile")
     if playbook is not None and not logged_already:
-        report.test_files = report.test_files or list(playbook.test_files)
         tell(f"rerunning with TORCH_LOGS={playbook.logs}")
         report.with_logs = await run_and_record(
             store, case, script, args=[], logs_spec=playbook.logs, repeat=1, trace=False, env_add=dict(playbook.env),
             timeout_s=timeout_s, cwd=None, progress=progress, main_check_done=False, tool="triage",
             inductor_config=dict(playbook.inductor_config),
         )
-    elif playbook is not None:
-        report.test_files = report.test_files or list(playbook.test_files)
     report.next_steps = next_steps(report)
     if report.next_steps:
         report.reproduction.next_step = report.next_steps[0]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pt2_bug_basher.case.scripts import copy_note
 from pt2_bug_basher.case.state import AppState
-from pt2_bug_basher.domain.names import ToolName
+from pt2_bug_basher.domain.names import Step, ToolName
 from pt2_bug_basher.execution.runs import ProgressFn, ignore_progress
 from pt2_bug_basher.reduce.ladder import LocalizeResult, load_reference
 from pt2_bug_basher.reduce.ladder import localize as run_ladder
@@ -22,5 +22,9 @@ async def localize(
     note = copy_note(chosen)
     if note:
         result.notes.append(note)
+    status = await state.status(case_id)
+    reduced = next(s for s in status.steps if s.step == Step.reduce)
+    if reduced.status in ("done", "waived"):  # never propose a reduction the case already has
+        result.next_step = f"Step 3 is complete already ({reduced.evidence}). {status.next_step}"
     return result
 

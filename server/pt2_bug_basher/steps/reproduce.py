@@ -13,6 +13,7 @@ from pt2_bug_basher.domain.evidence import ReproduceEvidence
 from pt2_bug_basher.domain.names import Step, ToolName
 from pt2_bug_basher.execution.repro import SILENT_LOGS, RunWithLogsResult, check_args, check_repeat, run_repro
 from pt2_bug_basher.execution.runs import ProgressFn, check_env_additions, check_timeout
+from pt2_bug_basher.playbooks import layer_of
 from pt2_bug_basher.steps import logs as logs_step
 
 
@@ -77,7 +78,8 @@ def record(store: Store, case: CaseRecord, script: Path, args: list[str], result
     if result.reproduced and result.failure is not None and verdict is not None and verdict.category == USER_ERROR:
         f = result.failure
         off = result.compile_off.run_id if result.compile_off else "?"
-        summary = f"{script.name} {USER_ERROR_ADVICE} (run {off} with TORCHDYNAMO_DISABLE=1): {f.signature}"
+        summary = (f"{script.name} {USER_ERROR_ADVICE} (run {off} with TORCHDYNAMO_DISABLE=1): "
+                   f"{f.signature or f.category}")
         store.add_evidence(case.case_id, Step.reproduce.value, False, summary[:500], run_id=run_ids[0],
                            data=ReproduceEvidence(
                                script=str(script), script_origin=source, args=args, signature=f.signature,
@@ -86,7 +88,8 @@ def record(store: Store, case: CaseRecord, script: Path, args: list[str], result
         return
     if result.reproduced and result.failure is not None:
         f = result.failure
-        summary = f"{script.name} failed {n}/{n} times with the same signature ({f.category}): {f.signature}"
+        summary = f"{script.name} failed {n}/{n} times with the same signature ({f.category})" + (
+            f": {f.signature}" if f.signature else "")
         store.add_evidence(case.case_id, Step.reproduce.value, True, summary[:500], run_id=run_ids[0],
                            data=ReproduceEvidence(
                                script=str(script), script_origin=source, args=args, signature=f.signature,
@@ -108,8 +111,7 @@ def proving_runs(result: RunWithLogsResult) -> list[RunOutcome]:
 
 def localized_layer(store: Store, case_id: str) -> str | None:
     """The layer localize put the failure in, if it ran for this case."""
-    found = store.localization(case_id)
-    return found.layer if found is not None and found.layer not in (None, "unknown") else None
+    return layer_of(store.localization(case_id))
 
 
 async def next_step(state: AppState, result: RunWithLogsResult, repeat: int, spec: str | None) -> str:
@@ -144,4 +146,5 @@ async def next_step(state: AppState, result: RunWithLogsResult, repeat: int, spe
     if Step.logs.value in result.recorded or not status.next_step.startswith("Step 6"):
         return status.next_step
     category = result.failure.category if result.failure else "unknown"
-    return f'Step 6 (collect logs): {call}, logs="{logs_step.preset_for(category)}")'
+    preset = logs_step.preset_for(category, localized_layer(state.store, case_id))
+    return f'Step 6 (collect logs): {call}, logs="{preset}")'
