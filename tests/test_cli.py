@@ -104,7 +104,10 @@ def test_triage_json_says_where_it_left_the_case(tmp_path, schemas):
         assert call.tool not in ("check_env", "run_with_logs"), step
     # the first one works from where triage left the case: its gate is open
     first = parse_call(steps[0])
-    assert first.tool == "localize" and first.arguments["script"] == str(script)  # step 3 starts with the ladder
+    # step 3 starts with the ladder, on the case's own copy of the script (it lies outside the repository)
+    copy = Path(first.arguments["script"])
+    assert first.tool == "localize" and copy.is_relative_to(state / "cases" / case_id)
+    assert copy.read_text() == script.read_text() and report["reproduction"]["script"] == str(copy)
     Workflow(Store(state), case_id, lambda: "tree").require(ToolName(first.tool))
     assert parse_call(steps[-1]).tool == "register_test"
 
@@ -119,7 +122,9 @@ def test_triage_human_report_lists_the_same_next_steps(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
     assert "== Next steps" in out and "  1. localize(case_id=" in out and "  2. minify(case_id=" in out
-    assert "write a failing test in one of test/dynamo/test_repros.py" in out and "register_test(case_id=" in out
+    # the repository has no topical test file: the upstream one is named as absent, never as a file to edit
+    assert "write a failing test in one of" not in out and "register_test(case_id=" in out
+    assert "upstream PyTorch keeps them in test/dynamo/test_repros.py, not present in this repository" in out
     assert "pt2-bug-basher call TOOL" in out
 
 

@@ -1,5 +1,6 @@
 """Hostile input for every tool, past the gates: generated arguments are answered with a tool error
-or a valid result, the server stays up, and nothing outside the allowed roots is written or run.
+or a valid result, the server stays up, and nothing outside the allowed roots is written or run in place
+(a .py file there runs only from the copy a case keeps of it).
 
 Arguments are generated from each tool's own input schema (tools/list), with hostile values mixed
 in: huge and empty strings, unicode, NUL bytes, `..` and symlinks escaping the allowed roots, refs
@@ -103,17 +104,19 @@ class Fuzz:
 # -- the world ------------------------------------------------------------------------------------
 
 
-def secret_script(marker: Path) -> str:
-    return f"open({str(marker)!r}, 'w').write('ran')\nraise SystemExit('must never run')\n"
+# A script leaves its marker beside itself: run in place outside the roots, it writes EXECUTED there;
+# the copy a case keeps of it (run_with_logs, localize, minify take a .py file from anywhere) writes
+# beside the copy, inside the case's directory.
+SECRET = ("import os\nopen(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'EXECUTED'), 'w').write('ran')\n"
+          "raise SystemExit('must never run in place')\n")
 
 
 def make_outside(outside: Path) -> Path:
-    """A directory outside every allowed root; its files leave a marker if they are ever run."""
-    marker = outside / "EXECUTED"
-    (outside / "secret.py").write_text(secret_script(marker))
+    """A directory outside every allowed root; its files leave a marker there if they are ever run in place."""
+    (outside / "secret.py").write_text(SECRET)
     # Named explicitly, pytest would collect it; it never matches a directory's collection.
-    (outside / "secret_tests.py").write_text(secret_script(marker) + "\n\ndef test_x():\n    pass\n")
-    return marker
+    (outside / "secret_tests.py").write_text(SECRET + "\n\ndef test_x():\n    pass\n")
+    return outside / "EXECUTED"
 
 
 def make_repo(path: Path, outside: Path) -> Path:
@@ -279,7 +282,8 @@ def hostile_strings(fz: Fuzz, tool: str, target: Ready) -> st.SearchStrategy[str
         "\x00" * 40, "💥" * 40, " " * 30 + "short",
     ]
     if tool in TORCH_ON_ANY_SCRIPT:  # files they can run stay rare: a localize run imports torch four times
-        hostile.remove(str(repo / "boom.py"))
+        for runnable in (repo / "boom.py", fz.outside / "secret.py", repo / "escape_dir" / "secret.py"):
+            hostile.remove(str(runnable))  # (a secret.py outside runs from the case's copy; escape.py stays)
     # What exists: reaching it takes a tool past its own checks (never a script that imports torch).
     real = ["main", "HEAD", "work", "pkg", "graph_break", "reduce", "environment", NODE_ID, TEST_NAME,
             "TestOps.test_halve", f"{TEST_FILE}::TestOps::test_halve", "test_double_large or test_halve",
@@ -436,8 +440,8 @@ def test_every_tool_survives_hostile_arguments(fuzz: Fuzz, tool_name: str):
 
     check()
     SECONDS[tool_name] = time.monotonic() - started
-    # Nothing outside the allowed roots ran or was written.
-    assert not fuzz.marker.exists(), "a file outside the allowed roots was executed"
+    # Nothing outside the allowed roots ran in place or was written.
+    assert not fuzz.marker.exists(), "a file outside the allowed roots was executed in place"
     assert snapshot(fuzz.outside) == outside_before
     assert not Path("/tmp/pwned").exists()
     past = f", {REACHED.get(tool_name, 0)} past the gate" if gated else ""

@@ -52,12 +52,17 @@ async def test_gate_refuses_before_reproduction(module_config):
     assert result.is_error and "run_with_logs" in result.content[0].text
 
 
-async def test_graph_break_fails_in_eager_so_dynamo(module_config):
+async def test_graph_break_fails_in_eager_so_dynamo(module_config, tmp_path_factory):
+    # The user's repro lies outside the repository: the case runs its own copy, and localize finds it.
+    original = tmp_path_factory.mktemp("users_own_dir") / "graph_break_fullgraph.py"
+    shutil.copy(EXAMPLES / original.name, original)
     async with Client(create_server(module_config)) as client:
-        case_id = await reproduced(client, module_config, "graph_break_fullgraph.py")
+        case_id = await reproduced(client, module_config, str(original))
         result = await client.call_tool("localize", {"case_id": case_id})
     assert not result.is_error, result.content[0].text
     data = result.structured_content
+    copy = Path(data["script"])
+    assert copy.is_relative_to(module_config.state_dir / "cases" / case_id) and copy.read_text() == original.read_text()
     table = rows(data)
     assert all(table[(b, "script")] == "same failure" for b in
                ("eager", "aot_eager", "aot_eager_decomp_partition", "inductor")), data["table"]

@@ -78,6 +78,7 @@ async def test_test_misc_refusal_suggests_topical_files(mini: Mini, case: str):
     path = mini.repo / "test" / "dynamo" / "test_misc.py"
     path.parent.mkdir(parents=True)
     path.write_text(VALID_FILE)
+    (path.parent / "test_repros.py").write_text(VALID_FILE)  # suggestions are files the checkout has
     text = error_text(await call(mini, "register_test", case_id=case, test_file="test/dynamo/test_misc.py",
                                  test_name="test_it"))
     assert "test/dynamo/test_misc.py is a catch-all file" in text

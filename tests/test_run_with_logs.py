@@ -129,7 +129,8 @@ async def test_bad_arguments_are_tool_errors(module_config, case_id, example):
         timeout = await client.call_tool("run_with_logs", {"case_id": case_id, "timeout_s": -1,
                                                            "script": example("segfault.py")})
         unknown = await client.call_tool("run_with_logs", {"case_id": "case-x", "script": example("segfault.py")})
-    assert outside.is_error and "outside the allowed roots" in outside.content[0].text
+    # outside the repository only a Python script runs, from a copy the case keeps
+    assert outside.is_error and "not a Python script (.py)" in outside.content[0].text
     assert missing.is_error and "does not exist" in missing.content[0].text
     assert repeat.is_error and "repeat" in repeat.content[0].text
     assert env.is_error and "BAD NAME" in env.content[0].text

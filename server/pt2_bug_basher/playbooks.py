@@ -8,11 +8,13 @@ the files; `--check` fails when they are stale). The prose of each playbook stay
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from pt2_bug_basher.domain.calls import format_call
+from pt2_bug_basher.domain.evidence import LocalizeRecord
 from pt2_bug_basher.domain.names import ToolName
 
 
@@ -268,26 +270,161 @@ PLAYBOOKS: dict[str, Playbook] = {p.category: p for p in (
 )}
 
 
+# --------------------------------------------------------------------------------------------
+# Where localize puts the failure: the playbook, the source to read and the test files follow it
+
+DYNAMIC_SHAPES = "dynamic shapes"
+
+
+class LayerFiles(_Frozen):
+    playbook: str = Field(description="the playbook for a failure in this layer when the category's playbook is "
+                                      "written for another")
+    source_files: list[str]
+    test_files: list[str]
+
+
+LAYERS: dict[str, LayerFiles] = {
+    "Dynamo": LayerFiles(
+        playbook="dynamo_internal",
+        # tracing, and the guards that decide whether a compiled graph is reused
+        source_files=["torch/_dynamo/symbolic_convert.py", "torch/_dynamo/variables/", "torch/_dynamo/guards.py",
+                      "torch/_dynamo/output_graph.py", "torch/_dynamo/convert_frame.py",
+                      "torch/_dynamo/side_effects.py"],
+        test_files=["test/dynamo/test_repros.py", "test/dynamo/test_functions.py",
+                    "test/dynamo/test_guard_manager.py", "test/dynamo/test_recompiles.py"],
+    ),
+    "AOTAutograd": LayerFiles(
+        playbook="backend_compiler_failed",
+        source_files=["torch/_functorch/_aot_autograd/", "torch/_functorch/aot_autograd.py",
+                      "torch/_functorch/partitioners.py", "torch/_subclasses/functional_tensor.py"],
+        test_files=["test/functorch/test_aotdispatch.py", "test/dynamo/test_aot_autograd.py"],
+    ),
+    "decompositions": LayerFiles(
+        playbook="backend_compiler_failed",
+        source_files=["torch/_decomp/decompositions.py", "torch/_inductor/decomposition.py",
+                      "torch/_refs/__init__.py", "torch/_functorch/partitioners.py"],
+        test_files=["test/test_decomp.py", "test/inductor/test_torchinductor.py",
+                    "test/functorch/test_aotdispatch.py"],
+    ),
+    "Inductor": LayerFiles(
+        playbook="backend_compiler_failed",
+        source_files=["torch/_inductor/compile_fx.py", "torch/_inductor/graph.py", "torch/_inductor/lowering.py",
+                      "torch/_inductor/ir.py", "torch/_inductor/scheduler.py", "torch/_inductor/codegen/"],
+        test_files=["test/inductor/test_torchinductor.py", "test/inductor/test_cpu_repro.py",
+                    "test/inductor/test_cuda_repro.py"],
+    ),
+    DYNAMIC_SHAPES: LayerFiles(
+        playbook="dynamic_shapes",
+        source_files=list(PLAYBOOKS["dynamic_shapes"].source_files),
+        test_files=list(PLAYBOOKS["dynamic_shapes"].test_files),
+    ),
+}
+
+# The layers each category's playbook is written for, the one its files are about first. A layer
+# outside them means the category's files point the wrong way (an accuracy failure localize puts
+# in Dynamo, a stale graph reused after a missing guard, is a Dynamo bug, not an Inductor one).
+COVERS: dict[str, tuple[str, ...]] = {
+    "graph_break": ("Dynamo",),
+    "recompile": ("Dynamo", DYNAMIC_SHAPES),
+    "dynamo_internal": ("Dynamo",),
+    "backend_compiler_failed": ("Inductor", "AOTAutograd", "decompositions"),
+    "triton": ("Inductor",),
+    "accuracy": ("Inductor", "decompositions"),
+    "runtime_crash": ("Inductor",),
+    "dynamic_shapes": (DYNAMIC_SHAPES, "Dynamo"),
+    "export": ("Dynamo", DYNAMIC_SHAPES),
+}
+_NOT_A_COMPILER_BUG = "user_error"
+
+
+def layer_of(record: LocalizeRecord | None) -> str | None:
+    """The layer localize found: 'dynamic shapes' when the failing rung passes with dynamic=False and fails
+    with dynamic=True; None when localize did not run or found no layer."""
+    if record is None or not record.layer or record.layer not in LAYERS:
+        return None
+    outcomes = {(row.backend, row.dynamic): row.outcome for row in record.table}
+    first = record.first_failing
+    static, dynamic = outcomes.get((first or "", "False")), outcomes.get((first or "", "True"))
+    if static is not None and static != "same failure" and dynamic == "same failure":
+        return DYNAMIC_SHAPES
+    return record.layer
+
+
+class Focus(_Frozen):
+    playbook: str
+    source_files: list[str]
+    test_files: list[str]
+
+
+def focus(category: str | None, layer: str | None) -> Focus:
+    """The playbook and the files for a category, once localize's layer is known: the category's own when it
+    is written for that layer first; the layer's first when it covers the layer too; else only the layer's."""
+    own = PLAYBOOKS.get(category or "") or PLAYBOOKS["unknown"]
+    mine = Focus(playbook=own.category, source_files=list(own.source_files), test_files=list(own.test_files))
+    area = LAYERS.get(layer or "")
+    if area is None or own.category == _NOT_A_COMPILER_BUG:
+        return mine
+    covers = COVERS.get(own.category, ())
+    if covers[:1] == (layer,):
+        return mine
+    if layer in covers:
+        return Focus(playbook=own.category, source_files=_unique(area.source_files + own.source_files),
+                     test_files=_unique(area.test_files + own.test_files))
+    return Focus(playbook=area.playbook, source_files=list(area.source_files), test_files=list(area.test_files))
+
+
+def _unique(items: list[str]) -> list[str]:
+    return list(dict.fromkeys(items))
+
+
+class FileChoice(_Frozen):
+    present: list[str] = Field(description="the files that exist in the repository, in order")
+    upstream: str | None = Field(None, description="named only when none of them exists: the first, upstream")
+
+
+def present_in(repo: Path, files: list[str]) -> FileChoice:
+    """The files (a trailing / names a directory) that exist under repo; the first one when none does."""
+    found = [f for f in files if ((repo / f).is_dir() if f.endswith("/") else (repo / f).is_file())]
+    return FileChoice(present=found, upstream=None if found or not files else files[0])
+
+
 class CategoryGuide(BaseModel):
     category: str
+    layer: str | None = Field(None, description="the layer localize found; the playbook and the files follow it")
     log_preset: str | None = Field(None, description="the TORCH_LOGS spec to collect for this category")
     minify_level: int | None = Field(None, description="TORCHDYNAMO_REPRO_LEVEL for the FX minifier, if it applies")
     config_knobs: list[str] = Field(default_factory=list)
-    source_files: list[str] = Field(default_factory=list)
-    test_files: list[str] = Field(default_factory=list)
+    source_files: list[str] = Field(default_factory=list, description="source to read, in order; with a case, only "
+                                                                      "files present in its repository")
+    test_files: list[str] = Field(default_factory=list, description="topical test files, most likely first; with a "
+                                                                    "case, only files present in its repository")
+    not_present: list[str] = Field(default_factory=list, description=(
+        "NOT in the case's repository: the upstream PyTorch path of the likeliest file, named when none of the "
+        "playbook's source or test files exists there"))
     playbook: str = Field(description="prompt name that returns the whole playbook")
 
 
-def guide(category: str) -> CategoryGuide:
-    found = PLAYBOOKS.get(category)
-    prompt = f'prompt "playbook" with category="{category}"'
+def guide(category: str, layer: str | None = None, repo: Path | None = None) -> CategoryGuide:
+    """The category's guide; with localize's layer, the playbook and files that layer calls for; with the case's
+    repository, only the files present there."""
+    chosen = focus(category, layer)
+    found = PLAYBOOKS.get(chosen.playbook) if category in PLAYBOOKS or layer in LAYERS else None
+    name = chosen.playbook if found is not None else category
+    prompt = f'prompt "playbook" with category="{name}"'
     if found is None:
         return CategoryGuide(category=category, playbook=prompt)
-    return CategoryGuide(
-        category=category, log_preset=found.logs, minify_level=found.minify.level,
-        config_knobs=list(found.config_knobs), source_files=list(found.source_files),
-        test_files=list(found.test_files), playbook=prompt,
+    result = CategoryGuide(
+        category=category, layer=layer if layer in LAYERS else None, log_preset=found.logs,
+        minify_level=found.minify.level, config_knobs=list(found.config_knobs),
+        source_files=chosen.source_files, test_files=chosen.test_files, playbook=prompt,
     )
+    if repo is not None:
+        for kind, files in (("source", chosen.source_files), ("test", chosen.test_files)):
+            choice = present_in(repo, files)
+            setattr(result, f"{kind}_files", choice.present)
+            if choice.upstream:
+                result.not_present.append(f"{choice.upstream} (upstream PyTorch; not present in {repo})")
+    return result
 
 
 def diagnostic_call(category: str, case_id: str | None, script: str | None) -> str:

@@ -187,8 +187,6 @@ USER_ERROR = "user_error"
 USER_ERROR_ADVICE = "fails without torch.compile too: not a compiler bug"
 _EXPORT_RE = re.compile(r"\btorch\.export\b|\bfrom torch import export\b|\btorch\._export\b|torch/_?export/"
                         r"|\bexport\(|\btorch\._dynamo\.export\b")
-# Where localize's layer points, the playbook whose source and test files apply.
-LAYER_PLAYBOOK = {"Dynamo": "dynamo_internal", "Inductor": "backend_compiler_failed"}
 _COMPILER_EXCEPTIONS = ("torch._dynamo", "torch._inductor", "BackendCompilerFailed", "InductorError",
                         "TorchRuntimeError", "Unsupported", "torch._subclasses", "torch.fx")
 
@@ -284,8 +282,10 @@ def decide(
                 verdict.evidence.append(f"run {off_id}: the assertion holds without compilation, so the compiled "
                                         "result differs from eager: accuracy")
     if layer:
+        from pt2_bug_basher.playbooks import focus
+
         verdict.evidence.append(f"localize: the failure is in {layer}")
-        verdict.playbook = LAYER_PLAYBOOK.get(layer)
+        verdict.playbook = focus(verdict.category, layer).playbook
     if not reproduced:
         agree.append(False)
     if verdict.category != USER_ERROR and verdict.confidence is not None and agree:

@@ -109,6 +109,8 @@ class Target:
     script: str
     env: dict[str, str] = field(default_factory=dict)
     source: str = ""
+    note: str | None = None
+    """what the result should say about the script (a copy the case keeps)"""
 
 
 def carried_env(env: dict[str, str]) -> dict[str, str]:

@@ -20,8 +20,8 @@ def check_text(value: str, what: str, max_chars: int = MAX_PATH_CHARS) -> str:
     return value
 
 
-def confine(path: str | os.PathLike[str], roots: tuple[Path, ...], what: str, base: Path | None = None) -> Path:
-    """Resolve path (relative to base) and require it to lie under one of roots."""
+def resolve_path(path: str | os.PathLike[str], what: str, base: Path | None = None) -> Path:
+    """The absolute path (relative to base, `~` expanded, symlinks followed) a tool's argument names."""
     raw = check_text(os.fspath(path), what)
     try:
         candidate = Path(raw).expanduser()  # "~user/..." of an unknown user raises RuntimeError
@@ -31,12 +31,21 @@ def confine(path: str | os.PathLike[str], roots: tuple[Path, ...], what: str, ba
         resolved.exists()  # raises for a name too long for the file system, or an unreadable directory
     except (OSError, RuntimeError) as exc:
         raise InvalidInput(f"{what} {raw!r} cannot be resolved: {exc}") from exc
-    for root in roots:
-        if resolved == root or resolved.is_relative_to(root):
-            return resolved
+    return resolved
+
+
+def within(resolved: Path, roots: tuple[Path, ...]) -> bool:
+    return any(resolved == root or resolved.is_relative_to(root) for root in roots)
+
+
+def confine(path: str | os.PathLike[str], roots: tuple[Path, ...], what: str, base: Path | None = None) -> Path:
+    """Resolve path (relative to base) and require it to lie under one of roots."""
+    resolved = resolve_path(path, what, base)
+    if within(resolved, roots):
+        return resolved
     listed = ", ".join(str(r) for r in roots)
     raise InvalidInput(
-        f"{what} {raw!r} resolves to {resolved}, outside the allowed roots ({listed}). "
+        f"{what} {os.fspath(path)!r} resolves to {resolved}, outside the allowed roots ({listed}). "
         "Move it under the case's repository, or restart the server with --root to allow another directory."
     )
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import anyio
 
 from pt2_bug_basher.case.config import ServerConfig
-from pt2_bug_basher.case.paths import confine
+from pt2_bug_basher.case.paths import confine, resolve_path, within
+from pt2_bug_basher.case.scripts import CaseScript, keep_copy
 from pt2_bug_basher.case.store import CaseRecord, Store
 from pt2_bug_basher.case.workflow import CaseStatus, Workflow
 from pt2_bug_basher.domain.errors import InvalidInput
@@ -67,9 +68,21 @@ class AppState:
     def confine(self, case: CaseRecord, path: str, what: str, base: Path | None = None) -> Path:
         return confine(path, self.case_roots(case), what, base=base or Path(case.repo))
 
-    def script_file(self, case: CaseRecord, script: str, what: str = "script") -> Path:
-        """A script a tool will run: confined to the case's roots, and an existing file."""
-        path = self.confine(case, script, what)
-        if not path.is_file():
-            raise InvalidInput(f"{what} {path} does not exist or is not a file.")
-        return path
+    def script_file(self, case: CaseRecord, script: str, what: str = "script", *, copy_outside: bool = True) -> Path:
+        """A script a tool will run: see case_script."""
+        return self.case_script(case, script, what, copy_outside=copy_outside).path
+
+    def case_script(self, case: CaseRecord, script: str, what: str = "script", *,
+                    copy_outside: bool = True) -> CaseScript:
+        """A script a tool will run: an existing file under the case's roots, run in place; a Python file
+        anywhere else (copy_outside) is copied into the case's directory, and the copy runs."""
+        resolved = resolve_path(script, what, base=Path(case.repo))
+        inside = within(resolved, self.case_roots(case))
+        if inside or not copy_outside:
+            path = resolved if inside else self.confine(case, script, what)
+            if not path.is_file():
+                raise InvalidInput(f"{what} {path} does not exist or is not a file.")
+            return CaseScript(path)
+        if not resolved.exists():
+            raise InvalidInput(f"{what} {resolved} does not exist or is not a file.")
+        return CaseScript(keep_copy(self.store.case_dir(case.case_id), resolved, what), origin=resolved)

@@ -145,6 +145,8 @@ class Workflow:
         self._tree_hash: str | None = None
         self._evidence = store.evidence(case_id)
         self._waivers = store.waivers(case_id)
+        self.localization = store.localization(case_id)
+        """what localize found, if it ran"""
 
     @property
     def tree_hash(self) -> str:
@@ -206,10 +208,12 @@ class Workflow:
         repro = good.payload(ReproduceEvidence)
         if repro.script:
             call = call.replace("<repro.py>", repro.script)
-        from pt2_bug_basher.playbooks import PLAYBOOKS
+        from pt2_bug_basher.playbooks import PLAYBOOKS, focus, layer_of
 
-        playbook = PLAYBOOKS.get(repro.category or "")
-        preset = repro.category if playbook is not None and playbook.logs else "unknown"
+        layer = layer_of(self.localization)
+        chosen = focus(repro.category, layer).playbook if layer else (repro.category or "")
+        playbook = PLAYBOOKS.get(chosen)
+        preset = chosen if playbook is not None and playbook.logs else "unknown"
         call = call.replace('logs="<preset>"', f'logs="{preset}"')
         logs = self.latest_ok(Step.logs)
         run_id = (logs.run_id if logs is not None else None) or good.run_id
@@ -219,7 +223,7 @@ class Workflow:
 
     def step_status(self, spec: StepSpec) -> StepStatus:
         call = self._fill(spec.opens_with.format(case_id=self.case.case_id))
-        if spec.step == Step.reduce and self.store.localization(self.case.case_id) is None:
+        if spec.step == Step.reduce and self.localization is None:
             # Step 3 starts with the backend ladder: it says which layer fails, and which minifier fits.
             call = self._fill(f'localize(case_id="{self.case.case_id}", script="<repro.py>")')
         status = StepStatus(number=spec.number, step=spec.step, title=spec.title, status="pending", tool_call=call)

@@ -161,6 +161,9 @@ def format_triage(report: TriageReport) -> str:
         for n, step in enumerate(report.next_steps, 1):
             if step.startswith("register_test(") and report.test_files:
                 step = f"write a failing test in one of {', '.join(report.test_files)}, then {step}"
+            elif step.startswith("register_test(") and report.test_file_upstream:
+                step = (f"write a failing test in an existing test file of the area (upstream PyTorch keeps them in "
+                        f"{report.test_file_upstream}, not present in this repository), then {step}")
             out.append(f"  {n}. {step}")
         out.append(f"  Case {repro.case_id} is open: an agent can continue it with the MCP tools "
                    "(pt2-bug-basher serve), or: pt2-bug-basher call TOOL '<json arguments>'.")

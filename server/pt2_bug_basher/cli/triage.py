@@ -12,16 +12,19 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from pt2_bug_basher.case.paths import within
+from pt2_bug_basher.case.scripts import read_script, store_copy
 from pt2_bug_basher.case.store import Store
 from pt2_bug_basher.case.workflow import Workflow
 from pt2_bug_basher.domain.calls import format_call
 from pt2_bug_basher.domain.errors import InvalidInput
 from pt2_bug_basher.domain.names import ToolName
+from pt2_bug_basher.execution.pytest.static_checks import suggest_test_files
 from pt2_bug_basher.execution.repro import RunWithLogsResult
 from pt2_bug_basher.execution.runs import DEFAULT_TIMEOUT_S
 from pt2_bug_basher.playbooks import PLAYBOOKS, diagnostic_call
 from pt2_bug_basher.steps.environment import CheckEnvResult, start_case
-from pt2_bug_basher.steps.reproduce import run_and_record
+from pt2_bug_basher.steps.reproduce import localized_layer, run_and_record
 
 DID_NOT_FAIL = ("The script did not fail: exit 0, no mismatch reported, no graph break or recompile limit in its "
                 "logs, and the same with compilation off. Make it fail the way the bug does (backend, mode, dynamic, "
@@ -38,7 +41,10 @@ class TriageReport(BaseModel):
     advice: str | None = Field(None, description="why the method stops here, when it does")
     next_steps: list[str] = Field(default_factory=list,
                                   description="tool calls that go on from where triage left the case, in order")
-    test_files: list[str] = Field(default_factory=list, description="topical test files for the category")
+    test_files: list[str] = Field(default_factory=list, description="topical test files for the category that exist "
+                                                                    "in the repository")
+    test_file_upstream: str | None = Field(None, description="NOT in the repository: upstream PyTorch's topical test "
+                                                             "file, named when none of the category's exists here")
     env: CheckEnvResult
     reproduction: RunWithLogsResult | None = None
     with_logs: RunWithLogsResult | None = None
@@ -51,12 +57,19 @@ async def triage(
     tell: Callable[[str], None] = say or (lambda message: None)
     if not script.is_file():
         raise InvalidInput(f"{script} is not a file: pass the repro script to triage.")
+    origin, copied = None, b""
+    if not within(script.resolve(), (repo.resolve(), store.state_dir.resolve())):
+        # outside the repository: the case keeps its own copy, which every later step finds
+        origin = script.resolve()
+        copied = read_script(origin)
     tell("checking the environment")
     env = await start_case(store, repo, conda_env=conda_env, python=python)
     report = TriageReport(env=env)
     if not env.ok or env.case_id is None:
         return report
     case = store.get_case(env.case_id)
+    if origin is not None:
+        script = store_copy(store.case_dir(case.case_id), origin.name, copied)
 
     async def progress(message: str) -> None:
         tell(message)
@@ -64,7 +77,7 @@ async def triage(
     tell(f"reproducing: running {script.name} twice")
     report.reproduction = await run_and_record(
         store, case, script, args=[], logs_spec=None, repeat=2, trace=False, env_add={}, timeout_s=timeout_s,
-        cwd=None, progress=progress, main_check_done=False, tool="triage",
+        cwd=None, progress=progress, main_check_done=False, tool="triage", origin=origin,
     )
     verdict = report.reproduction.verdict
     if verdict is not None:
@@ -84,19 +97,17 @@ async def triage(
         report.reproduction.next_step = stopped
         return report
     playbook = PLAYBOOKS.get(failure.category)
-    if verdict is not None and verdict.playbook:
-        report.test_files = list(PLAYBOOKS[verdict.playbook].test_files)
+    if playbook is not None:
+        homes = suggest_test_files(Path(case.repo), failure.category, localized_layer(store, case.case_id))
+        report.test_files, report.test_file_upstream = homes.present, homes.upstream
     logged_already = bool(report.reproduction.logged_runs) and failure.category in ("graph_break", "recompile")
     if playbook is not None and not logged_already:
-        report.test_files = report.test_files or list(playbook.test_files)
         tell(f"rerunning with TORCH_LOGS={playbook.logs}")
         report.with_logs = await run_and_record(
             store, case, script, args=[], logs_spec=playbook.logs, repeat=1, trace=False, env_add=dict(playbook.env),
             timeout_s=timeout_s, cwd=None, progress=progress, main_check_done=False, tool="triage",
             inductor_config=dict(playbook.inductor_config),
         )
-    elif playbook is not None:
-        report.test_files = report.test_files or list(playbook.test_files)
     report.next_steps = next_steps(report)
     if report.next_steps:
         report.reproduction.next_step = report.next_steps[0]

@@ -25,7 +25,9 @@ class EnvironmentEvidence(EvidencePayload):
 
 
 class ReproduceEvidence(EvidencePayload):
-    script: str = ""
+    script: str = Field("", description="the script that ran: the case's copy, when the original lay outside the "
+                                        "allowed roots")
+    script_origin: str | None = Field(None, description="where the case's copy was taken from")
     args: list[str] = Field(default_factory=list)
     signature: str | None = None
     category: str | None = None

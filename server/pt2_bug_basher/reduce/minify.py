@@ -141,7 +141,7 @@ async def run_minify(store: Store, case: CaseRecord, ref: Reference, script: Pat
             done = await _already_minimal(store, case, ref, script, judged, budget_s, progress, cwd)
             done.seconds = round(time.monotonic() - started, 1)
             _record(store, case, done)
-            done.next_step = _next_step(case.case_id, done)
+            done.next_step = _next_step(case.case_id, done, localized=store.localization(case.case_id) is not None)
             return done
         judged_note = f"not already minimal: {judged.why_not}"
         mode, after, why = pick_mode(store, case, ref)
@@ -167,7 +167,7 @@ async def run_minify(store: Store, case: CaseRecord, ref: Reference, script: Pat
         result.notes.insert(0, judged_note)
     result.seconds = round(time.monotonic() - started, 1)
     _record(store, case, result)
-    result.next_step = _next_step(case.case_id, result)
+    result.next_step = _next_step(case.case_id, result, localized=store.localization(case.case_id) is not None)
     return result
 
 
@@ -326,13 +326,13 @@ def _record(store: Store, case: CaseRecord, result: MinifyResult) -> None:
     after = result.after.get("nodes", result.after.get("lines"))
     unit = "nodes" if "nodes" in result.after else "lines"
     name = Path(result.minimized_path).name
+    sizes = f" {before} -> {after} {unit}" if before is not None and after is not None else ""
     if result.already_minimal:
         summary = f"{result.why_mode}; {name} fails the case's way ({result.comparison}, run {result.confirm_run_id})"
     elif result.confirmed:
-        summary = (f"{result.mode} reduction {before} -> {after} {unit}: {name} fails the same way "
-                   f"({result.comparison})")
+        summary = f"{result.mode} reduction{sizes}: {name} fails the same way ({result.comparison})"
     else:
-        summary = f"{result.mode} reduction {before} -> {after} {unit}: {name} does not fail the case's way"
+        summary = f"{result.mode} reduction{sizes}: {name} does not fail the case's way"
     store.add_evidence(case.case_id, Step.reduce.value, result.confirmed, summary[:500], run_id=result.confirm_run_id,
                        data=ReduceEvidence(minimized_path=result.minimized_path, before=result.before,
                                            after=result.after, mode=result.mode, comparison=result.comparison,
@@ -342,7 +342,7 @@ def _record(store: Store, case: CaseRecord, result: MinifyResult) -> None:
         result.recorded.append("reduce")
 
 
-def _next_step(case_id: str, result: MinifyResult) -> str:
+def _next_step(case_id: str, result: MinifyResult, localized: bool) -> str:
     call_src = f'minify(case_id="{case_id}", mode="source")'
     register = (f'register_test(case_id="{case_id}", test_file="test/<area>/test_<topic>.py", '
                 f'test_name="<TestClass.test_name>")')
@@ -363,9 +363,9 @@ def _next_step(case_id: str, result: MinifyResult) -> str:
         return (f"Reduced repro: {result.minimized_path}.{more} Next, turn it into a failing unit test: "
                 f"{register}.")
     if result.mode == "fx":
+        first = "" if localized else f'; or localise the layer first: localize(case_id="{case_id}")'
         return ("PyTorch's minifier did not give a confirmed smaller repro (see notes). Next try the source "
-                f"reducer, which needs no captured graph: {call_src}; or localise the layer first: "
-                f'localize(case_id="{case_id}").')
+                f"reducer, which needs no captured graph: {call_src}{first}.")
     if result.minimized_path is None:
         return ("The source reducer could not reproduce the failure from the script (see notes). Check that the "
                 "script fails the same way on its own: run_with_logs(case_id=\"" + case_id + "\", script=\"" +

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pt2_bug_basher.artifacts.collect import CollectArtifactsResult, Target, carried_env, collect
+from pt2_bug_basher.case.scripts import copy_note
 from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.case.store import CaseRecord
 from pt2_bug_basher.domain.errors import InvalidInput
@@ -27,6 +28,8 @@ async def collect_debug_artifacts(
         state.store, case, target, trace=trace, env_add=check_env_additions(env),
         timeout_s=check_timeout(timeout_s), progress=progress,
     )
+    if target.note:
+        result.notes.append(target.note)
     ok, summary, data = evidence_summary(result)
     state.store.add_evidence(case.case_id, Step.artifacts.value, ok, summary, data=data, run_id=result.run_id)
     result.recorded.append(Step.artifacts.value)
@@ -41,8 +44,10 @@ def resolve_target(
     if script and run_id:
         raise InvalidInput("pass script or run_id, not both: run_id reruns that run's own script.")
     if script:
-        path = state.script_file(case, script)
-        return Target([case.python, str(path), *(args or [])], path.parent, str(path), source="script")
+        chosen = state.case_script(case, script)
+        path = chosen.path
+        return Target([case.python, str(path), *(args or [])], path.parent, str(path), source="script",
+                      note=copy_note(chosen))
     if run_id:
         run = state.store.get_run(run_id, case.case_id)
         argv = list(run.argv)
@@ -60,7 +65,8 @@ def resolve_target(
             command, shown = [case.python, *rest], " ".join(rest[:2])
             cwd = _cwd(state, case, run.cwd, Path(case.repo))
         else:
-            path = state.script_file(case, rest[0], f"the script of run {run_id}")
+            # a recorded run's script is rerun where it was: never copied from outside the roots
+            path = state.script_file(case, rest[0], f"the script of run {run_id}", copy_outside=False)
             command = [case.python, str(path), *(args if args is not None else rest[1:])]
             shown = str(path)
             cwd = _cwd(state, case, run.cwd, path.parent)
@@ -73,9 +79,11 @@ def resolve_target(
             f"on record; step 2 is run_with_logs(case_id=\"{case.case_id}\", script=\"<repro.py>\", repeat=2))."
         )
     repro = scripted[-1]
-    path = state.script_file(case, repro.script, "the case's reproduction script")
+    chosen = state.case_script(case, repro.script, "the case's reproduction script")
+    path = chosen.path
     repro_args = args if args is not None else list(repro.args)
-    return Target([case.python, str(path), *repro_args], path.parent, str(path), source="reproduction")
+    return Target([case.python, str(path), *repro_args], path.parent, str(path), source="reproduction",
+                  note=copy_note(chosen))
 
 
 def _cwd(state: AppState, case: CaseRecord, cwd: str, fallback: Path) -> Path:

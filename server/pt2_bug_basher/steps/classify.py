@@ -4,14 +4,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import anyio
 from pydantic import BaseModel, Field
 
 from pt2_bug_basher.analysis.suspects import exception_suspects
 from pt2_bug_basher.case.state import AppState
+from pt2_bug_basher.case.workflow import CaseStatus, Workflow
+from pt2_bug_basher.domain.calls import format_call
 from pt2_bug_basher.domain.errors import InvalidInput
 from pt2_bug_basher.domain.evidence import ClassifyEvidence, EvidenceLineRecord, ReproduceEvidence, Suspect
-from pt2_bug_basher.domain.names import Step
-from pt2_bug_basher.playbooks import CategoryGuide, diagnostic_call, guide
+from pt2_bug_basher.domain.names import Step, ToolName
+from pt2_bug_basher.playbooks import PLAYBOOKS, CategoryGuide, diagnostic_call, focus, guide, layer_of
+from pt2_bug_basher.reduce.ladder import PROBES
 
 MAX_TEXT = 8 * 1024 * 1024
 
@@ -34,7 +38,8 @@ class ClassifyResult(BaseModel):
     suspects: list[Suspect] = Field(default_factory=list, description=(
         "an exception raised inside torch: its innermost torch frames that are not compile plumbing, innermost "
         "first (file relative to the torch checkout)"))
-    diagnostic: str = Field(description="the diagnostic to run next, as an exact tool call")
+    diagnostic: str = Field(description="the diagnostic to run next, as an exact tool call; with a case, never one "
+                                        "the case has already run (then the workflow's next call)")
     guide: CategoryGuide
     recorded: bool = Field(description="recorded as the case's classification")
     next_step: str
@@ -55,40 +60,86 @@ async def classify_error(
         case_id = case_id or run.case_id
         text = Path(run.stderr_path).read_text(errors="replace") if run.stderr_path else ""
         exit_code, signal_name = run.exit_code, run.signal
-        script = run.argv[1] if len(run.argv) > 1 else None
-    if case_id is not None:
-        state.store.get_case(case_id)
+        script = script_of(run.argv)
     result = classify(text or "", exit_code=exit_code, signal_name=signal_name)
-    recorded = False
-    if case_id is not None:
-        if script is None:
-            repro = state.store.evidence(case_id, Step.reproduce.value)
-            script = next((e.payload(ReproduceEvidence).script for e in reversed(repro) if e.ok), None)
-        state.store.add_evidence(
-            case_id, Step.classify.value, result.category != "unknown",
-            f"{result.category} (confidence {result.confidence:.2f})"
-            + (f", also {', '.join(result.secondary)}" if result.secondary else ""),
-            data=ClassifyEvidence(
-                category=result.category, secondary=list(result.secondary),
-                evidence=[EvidenceLineRecord(line_no=e.line_no, text=e.text, rule=e.rule) for e in result.evidence],
-                compile_mode=result.compile_mode, phase=result.phase),
-            run_id=run_id,
-        )
-        recorded = True
     failure = result.failure
-    diagnostic = diagnostic_call(result.category, case_id, script)
-    if case_id is not None:
-        nxt = (await state.status(case_id)).next_step
-    else:
-        nxt = f"Run the diagnostic: {diagnostic}" if result.category != "unknown" else (
-            "The text shows no known failure pattern. Pass the full stderr (the last exception and the "
-            "lines before it), or reproduce it with run_with_logs and classify the run_id.")
-    return ClassifyResult(
+    out = ClassifyResult(
         category=result.category, secondary=list(result.secondary), confidence=result.confidence,
         evidence=[EvidenceLineOut(line_no=e.line_no, text=e.text, rule=e.rule) for e in result.evidence],
         compile_mode=result.compile_mode, phase=result.phase,
         exception_type=failure.exception_type if failure else None,
         signature=failure.signature if failure else None,
         suspects=exception_suspects(text or "") if result.category != "accuracy" else [],
-        diagnostic=diagnostic, guide=guide(result.category), recorded=recorded, next_step=nxt,
+        diagnostic="", guide=guide(result.category), recorded=False, next_step="",
     )
+    if case_id is None:
+        out.diagnostic = diagnostic_call(result.category, None, script)
+        out.next_step = f"Run the diagnostic: {out.diagnostic}" if result.category != "unknown" else (
+            "The text shows no known failure pattern. Pass the full stderr (the last exception and the "
+            "lines before it), or reproduce it with run_with_logs and classify the run_id.")
+        return out
+    case = state.store.get_case(case_id)
+    if script is None:
+        repro = state.store.evidence(case_id, Step.reproduce.value)
+        script = next((e.payload(ReproduceEvidence).script for e in reversed(repro) if e.ok), None)
+    state.store.add_evidence(
+        case_id, Step.classify.value, result.category != "unknown",
+        f"{result.category} (confidence {result.confidence:.2f})"
+        + (f", also {', '.join(result.secondary)}" if result.secondary else ""),
+        data=ClassifyEvidence(
+            category=result.category, secondary=list(result.secondary),
+            evidence=[EvidenceLineRecord(line_no=e.line_no, text=e.text, rule=e.rule) for e in result.evidence],
+            compile_mode=result.compile_mode, phase=result.phase),
+        run_id=run_id,
+    )
+    out.recorded = True
+    layer = layer_of(state.store.localization(case_id))
+    out.guide = guide(result.category, layer, Path(case.repo))
+    playbook = focus(result.category, layer).playbook
+
+    def from_state() -> tuple[str, str]:  # in a worker thread: the workflow may hash the tree
+        flow = state.workflow(case_id)
+        status = flow.status()
+        return next_diagnostic(state, flow, status, playbook, script), status.next_step
+
+    out.diagnostic, out.next_step = await anyio.to_thread.run_sync(from_state)
+    return out
+
+
+def script_of(argv: list[str]) -> str | None:
+    """The script a recorded run ran: after `--` for the server's own launchers, none for `python -m ...`."""
+    if len(argv) < 2:
+        return None
+    if Path(argv[1]).parent == PROBES and "--" in argv[2:]:
+        rest = argv[argv.index("--", 2) + 1:]
+        return rest[0] if rest else None
+    return None if argv[1].startswith("-") else argv[1]
+
+
+def next_diagnostic(state: AppState, flow: Workflow, status: CaseStatus, playbook: str, script: str | None) -> str:
+    """The playbook's diagnostic, unless the case has already run it; then the workflow's next call."""
+    found = PLAYBOOKS[playbook].diagnostic
+    call = diagnostic_call(playbook, flow.case.case_id, script)
+    if not _diagnostic_done(state, flow, found.tool, found.arguments):
+        return call
+    pending = [s for s in status.steps if s.status not in ("done", "waived", "agent")]
+    if pending:
+        return pending[0].tool_call
+    return format_call(ToolName.get_workflow, case_id=flow.case.case_id)
+
+
+def _diagnostic_done(state: AppState, flow: Workflow, tool: ToolName, arguments: dict) -> bool:
+    case_id = flow.case.case_id
+    if tool == ToolName.localize:
+        return flow.localization is not None
+    if tool == ToolName.minify:
+        return flow.is_complete(Step.reduce)
+    if tool != ToolName.run_with_logs:
+        return False
+    from pt2_bug_basher.analysis.torch_logs import PRESETS
+
+    wanted = dict(arguments.get("env") or {})
+    if "logs" in arguments:
+        wanted["TORCH_LOGS"] = PRESETS.get(str(arguments["logs"]), str(arguments["logs"]))
+    return any(all(run.env.get(key) == value for key, value in wanted.items())
+               for run in state.store.runs(case_id))

@@ -9,9 +9,10 @@ import anyio
 
 from pt2_bug_basher.analysis.suspects import bisect_suspects, exception_suspects
 from pt2_bug_basher.case.pages import read_tail
+from pt2_bug_basher.case.scripts import copy_note
 from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.domain.bisection import BisectReport
-from pt2_bug_basher.domain.names import ToolName
+from pt2_bug_basher.domain.names import Step, ToolName
 from pt2_bug_basher.execution.cpus import usable_cpus
 from pt2_bug_basher.execution.runs import ProgressFn, ignore_progress
 from pt2_bug_basher.reduce.bisect import (
@@ -35,7 +36,8 @@ async def localize(
     case = flow.case
     progress = progress or ignore_progress
     ref = load_reference(state.store, case)
-    path = state.script_file(case, script or str(ref.script))
+    chosen = state.case_script(case, script or str(ref.script))
+    path = chosen.path
     limiter = anyio.CapacityLimiter(usable_cpus())
     found: dict[str, BisectReport] = {}
     tables: dict[str, BisectorTable] = {}
@@ -74,10 +76,16 @@ async def localize(
     if result.suspects:
         top = result.suspects[0]
         result.meaning += f" First suspect: {top.function} at {top.file}:{top.line} ({top.why})."
+    if note := copy_note(chosen):
+        result.notes.append(note)
     record = state.store.localization(case_id)
     if record is not None:
         record.suspects = result.suspects
         state.store.set_localization(case_id, record)
+    status = await state.status(case_id)
+    reduced = next(s for s in status.steps if s.step == Step.reduce)
+    if reduced.status in ("done", "waived"):  # never propose a reduction the case already has
+        result.next_step = f"Step 3 is complete already ({reduced.evidence}). {status.next_step}"
     return result
 
 

@@ -37,16 +37,20 @@ def record(store: Store, case: CaseRecord, result: RunWithLogsResult, spec: str 
     """Logs count for step 6 once the main check is done, and only from runs that failed."""
     if not spec or not main_check_done or not any(r.failed for r in result.runs):
         return
-    summary = (f"TORCH_LOGS={spec}: {result.graph_break_total} graph breaks, "
-               f"{sum(r.count for r in result.recompiles)} recompiles, {result.graphs_compiled} graphs")
+    counts = [f"{result.graph_break_total} graph breaks", f"{sum(r.count for r in result.recompiles)} recompiles"]
+    if result.graphs_compiled is not None:  # only when the logs report it
+        counts.append(f"{result.graphs_compiled} graphs")
+    summary = f"TORCH_LOGS={spec}: " + ", ".join(counts)
     run_ids = [r.run_id for r in result.runs]
     store.add_evidence(case.case_id, Step.logs.value, True, summary, run_id=run_ids[0],
                        data=LogsEvidence(logs=spec, run_ids=run_ids))
     result.recorded.append(Step.logs.value)
 
 
-def preset_for(category: str) -> str:
-    """The logs preset named after a failure category, or the general one."""
+def preset_for(category: str, layer: str | None = None) -> str:
+    """The logs preset of the playbook for a failure category (following localize's layer), or the general one."""
     from pt2_bug_basher.analysis.torch_logs import PRESETS
+    from pt2_bug_basher.playbooks import focus
 
-    return category if category in PRESETS else FALLBACK_PRESET
+    chosen = focus(category, layer).playbook if layer else category
+    return chosen if chosen in PRESETS else FALLBACK_PRESET

@@ -17,6 +17,7 @@ from pt2_bug_basher.execution.pytest import session, static_checks
 from pt2_bug_basher.execution.pytest.results import FailureInfo, analyse
 from pt2_bug_basher.execution.pytest.static_checks import StaticCheck
 from pt2_bug_basher.execution.runs import ProgressFn, check_timeout
+from pt2_bug_basher.playbooks import layer_of
 
 
 class RegisterTestResult(BaseModel):
@@ -47,19 +48,19 @@ async def register_test(state: AppState, case_id: str, test_file: str, test_name
     repro_record = flow.latest_ok(Step.reproduce)
     repro = repro_record.payload(ReproduceEvidence) if repro_record is not None else None
     category = repro.category if repro else None
+    layer = layer_of(state.store.localization(case_id))
     check = static_checks.check_test_file(repo, path, test_name)
     if check.problems:
         message = f"register_test refused {check.test_file}: " + "; ".join(check.problems) + "."
         if static_checks.topical_problem(check.test_file) or not path.is_file():
-            files = static_checks.suggest_test_files(repo, category)
-            message += (f" Better homes for a {category or 'compiler'} test: " + ", ".join(files[:5]) + ".")
+            message += " " + static_checks.test_file_hint(repo, category, layer)
         message += (f' Fix it, then: register_test(case_id="{case_id}", test_file="<file>", '
                     'test_name="<TestClass.test_name>")')
         raise InvalidInput(message)
     warnings = []
     if not await anyio.to_thread.run_sync(_tracked, repo, check.test_file):
-        warnings.append(f"{check.test_file} is a new file: prefer an existing topical file ("
-                        + ", ".join(static_checks.suggest_test_files(repo, category)[:3]) + ")")
+        warnings.append(f"{check.test_file} is a new file: prefer an existing topical file. "
+                        + static_checks.test_file_hint(repo, category, layer, limit=3))
     tree_hash = await anyio.to_thread.run_sync(lambda: flow.tree_hash)
     timeout = check_timeout(timeout_s)
     cwd, notes = session.repo_cwd(case, repo, check.test_file)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pt2_bug_basher.analysis.verdict import USER_ERROR, USER_ERROR_ADVICE, RunOutcome
+from pt2_bug_basher.case.scripts import CaseScript, copy_note
 from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.case.store import CaseRecord, Store
 from pt2_bug_basher.domain.errors import InvalidInput
@@ -19,6 +20,7 @@ from pt2_bug_basher.execution.repro import (
     script_digest,
 )
 from pt2_bug_basher.execution.runs import ProgressFn, check_env_additions, check_timeout
+from pt2_bug_basher.playbooks import layer_of
 from pt2_bug_basher.steps import logs as logs_step
 from pt2_bug_basher.steps.on_main import run_on_main
 
@@ -36,15 +38,16 @@ async def run_with_logs(
         raise InvalidInput(f"where must be 'case' (your tree) or 'main' (the main-check worktree), not {where!r}.")
     flow = await state.gate(ToolName.run_with_logs, case_id)
     case = flow.case
-    script_path = state.script_file(case, script)
     work_dir = state.confine(case, cwd, "cwd") if cwd else None
     if work_dir is not None and not work_dir.is_dir():
         raise InvalidInput(f"cwd {work_dir} is not a directory.")
     request = logs_step.resolve(case, logs, check_env_additions(env))
+    checked_args, runs, timeout = check_args(args), check_repeat(repeat), check_timeout(timeout_s)
+    chosen = state.case_script(case, script)  # last: a script from outside is copied only for a call that runs
+    script_path = chosen.path
     if where == "main":
-        return await run_on_main(state, flow, script_path, args=check_args(args), request=request,
-                                 repeat=check_repeat(repeat), trace=trace, cwd=work_dir,
-                                 timeout_s=check_timeout(timeout_s), progress=progress)
+        return await run_on_main(state, flow, script_path, args=checked_args, request=request, repeat=runs,
+                                 trace=trace, cwd=work_dir, timeout_s=timeout, progress=progress)
     if script_path.is_relative_to((state.store.state_dir / "worktrees").resolve()):
         raise InvalidInput(
             f"{script_path} lies in a worktree of the server, which holds another ref's code: its runs would say "
@@ -52,10 +55,10 @@ async def run_with_logs(
             f'against main: run_with_logs(case_id="{case_id}", script="<path in the repository>", where="main").'
         )
     result = await run_and_record(
-        state.store, case, script_path, args=check_args(args), logs_spec=request.spec, repeat=check_repeat(repeat),
-        trace=trace, env_add=request.env, timeout_s=check_timeout(timeout_s), cwd=work_dir, progress=progress,
+        state.store, case, chosen.path, args=checked_args, logs_spec=request.spec, repeat=runs,
+        trace=trace, env_add=request.env, timeout_s=timeout, cwd=work_dir, progress=progress,
         main_check_done=flow.is_complete(Step.main_check), inductor_config=request.inductor_config,
-        layer=localized_layer(state.store, case_id),
+        layer=localized_layer(state.store, case_id), origin=chosen.origin,
     )
     result.next_step = await next_step(state, result, repeat, request.spec)
     return result
@@ -65,27 +68,32 @@ async def run_and_record(
     store: Store, case: CaseRecord, script: Path, *, args: list[str], logs_spec: str | None, repeat: int,
     trace: bool, env_add: dict[str, str], timeout_s: float, cwd: Path | None, progress: ProgressFn | None,
     main_check_done: bool, tool: str = ToolName.run_with_logs.value, inductor_config: dict[str, object] | None = None,
-    layer: str | None = None,
+    layer: str | None = None, origin: Path | None = None,
 ) -> RunWithLogsResult:
     """Run the repro (no gate, inputs already checked) and record the evidence its runs give.
 
-    A reproduction (repeat >= 2) also runs the script with compilation off and, when it exits 0, with logs."""
+    A reproduction (repeat >= 2) also runs the script with compilation off and, when it exits 0, with logs.
+    `origin`: where the script (the case's copy) was copied from."""
     digest = script_digest(script)
     result = await run_repro(store, case, script, args=args, logs_spec=logs_spec, repeat=repeat, trace=trace,
                              env_add=env_add, timeout_s=timeout_s, cwd=cwd, progress=progress, tool=tool,
                              inductor_config=inductor_config, differential=repeat >= 2, layer=layer)
-    record(store, case, script, args, result, digest)
+    note = copy_note(CaseScript(script, origin))
+    if note:
+        result.notes.append(note)
+    record(store, case, script, args, result, digest, origin)
     logs_step.record(store, case, result, logs_spec, main_check_done)
     return result
 
 
 def record(store: Store, case: CaseRecord, script: Path, args: list[str], result: RunWithLogsResult,
-           digest: str | None = None) -> None:
+           digest: str | None = None, origin: Path | None = None) -> None:
     """Two runs or more: a reproduction when all failed with one signature, a failed attempt otherwise.
 
     A reproduction that fails without torch.compile too stops the case (not a compiler bug) until waived."""
     runs = proving_runs(result)
     n = len(runs)
+    source = str(origin) if origin is not None else None
     if n < 2:
         return
     run_ids = [r.run_id for r in runs]
@@ -94,27 +102,29 @@ def record(store: Store, case: CaseRecord, script: Path, args: list[str], result
     if result.reproduced and result.failure is not None and verdict is not None and verdict.category == USER_ERROR:
         f = result.failure
         off = result.compile_off.run_id if result.compile_off else "?"
-        summary = f"{script.name} {USER_ERROR_ADVICE} (run {off} with TORCHDYNAMO_DISABLE=1): {f.signature}"
+        summary = (f"{script.name} {USER_ERROR_ADVICE} (run {off} with TORCHDYNAMO_DISABLE=1): "
+                   f"{f.signature or f.category}")
         store.add_evidence(case.case_id, Step.reproduce.value, False, summary[:500], run_id=run_ids[0],
                            data=ReproduceEvidence(
-                               script=str(script), args=args, signature=f.signature, category=USER_ERROR,
-                               exception_type=f.exception_type, message=f.message, run_ids=[*run_ids, off],
-                               repeat=n))
+                               script=str(script), script_origin=source, args=args, signature=f.signature,
+                               category=USER_ERROR, exception_type=f.exception_type, message=f.message,
+                               run_ids=[*run_ids, off], repeat=n))
         return
     if result.reproduced and result.failure is not None:
         f = result.failure
-        summary = f"{script.name} failed {n}/{n} times with the same signature ({f.category}): {f.signature}"
+        summary = f"{script.name} failed {n}/{n} times with the same signature ({f.category})" + (
+            f": {f.signature}" if f.signature else "")
         store.add_evidence(case.case_id, Step.reproduce.value, True, summary[:500], run_id=run_ids[0],
                            data=ReproduceEvidence(
-                               script=str(script), args=args, signature=f.signature, category=f.category,
-                               exception_type=f.exception_type, message=f.message, run_ids=run_ids, repeat=n,
-                               script_sha256=digest))
+                               script=str(script), script_origin=source, args=args, signature=f.signature,
+                               category=f.category, exception_type=f.exception_type, message=f.message,
+                               run_ids=run_ids, repeat=n, script_sha256=digest))
         result.recorded.append(Step.reproduce.value)
         return
     why = (f"failed {failures}/{n} times" if failures != n
            else f"failed every time but with {len({r.signature for r in runs})} different signatures")
     store.add_evidence(case.case_id, Step.reproduce.value, False, f"{script.name} {why}", run_id=run_ids[0],
-                       data=ReproduceEvidence(script=str(script), run_ids=run_ids,
+                       data=ReproduceEvidence(script=str(script), script_origin=source, run_ids=run_ids,
                                               signatures=sorted(str(r.signature) for r in runs)))
 
 
@@ -125,8 +135,7 @@ def proving_runs(result: RunWithLogsResult) -> list[RunOutcome]:
 
 def localized_layer(store: Store, case_id: str) -> str | None:
     """The layer localize put the failure in, if it ran for this case."""
-    found = store.localization(case_id)
-    return found.layer if found is not None and found.layer not in (None, "unknown") else None
+    return layer_of(store.localization(case_id))
 
 
 async def next_step(state: AppState, result: RunWithLogsResult, repeat: int, spec: str | None) -> str:
@@ -161,4 +170,5 @@ async def next_step(state: AppState, result: RunWithLogsResult, repeat: int, spe
     if Step.logs.value in result.recorded or not status.next_step.startswith("Step 6"):
         return status.next_step
     category = result.failure.category if result.failure else "unknown"
-    return f'Step 6 (collect logs): {call}, logs="{logs_step.preset_for(category)}")'
+    preset = logs_step.preset_for(category, localized_layer(state.store, case_id))
+    return f'Step 6 (collect logs): {call}, logs="{preset}")'

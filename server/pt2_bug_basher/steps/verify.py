@@ -195,6 +195,7 @@ async def _nearby(state: AppState, flow: Workflow, repo: Path, registered: TestE
     def plan() -> tuple[list[str], list[str], list[str]]:
         from pt2_bug_basher.analysis import review
         from pt2_bug_basher.execution.pytest.static_checks import suggest_test_files
+        from pt2_bug_basher.playbooks import layer_of
 
         keywords: list[str] = []
         main_check = flow.latest(Step.main_check)
@@ -207,7 +208,7 @@ async def _nearby(state: AppState, flow: Workflow, repo: Path, registered: TestE
             notes.append(f"no diff against main for nearby tests: {exc}")
         repro = flow.latest_ok(Step.reproduce)
         category = (repro.payload(ReproduceEvidence).category if repro else None) or registered.category
-        extra = [f for f in suggest_test_files(repo, category) if (repo / f).is_file()][:3]
+        extra = suggest_test_files(repo, category, layer_of(state.store.localization(case.case_id))).present[:3]
         return keywords, extra, near.files_to_collect(repo, registered.test_file, keywords, extra)
 
     keywords, extra, files = await anyio.to_thread.run_sync(plan)

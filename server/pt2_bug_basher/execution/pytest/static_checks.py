@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pt2_bug_basher.domain.errors import InvalidInput
+from pt2_bug_basher.playbooks import FileChoice, focus, present_in
 
 COMMON_UTILS = "torch.testing._internal.common_utils"
 TESTCASE = f"{COMMON_UTILS}.TestCase"
@@ -220,17 +221,21 @@ def topical_problem(rel: str) -> str | None:
     return None
 
 
-def suggest_test_files(repo: Path, category: str | None) -> list[str]:
-    """Topical test files for a failure category, existing ones first."""
-    candidates: list[str] = []
-    if category:
-        from pt2_bug_basher.playbooks import guide
+def suggest_test_files(repo: Path, category: str | None, layer: str | None = None) -> FileChoice:
+    """Topical test files for a failure category (following localize's layer, when known) that exist in
+    the repository; the upstream file when none does."""
+    candidates = focus(category, layer).test_files if category or layer else list(DEFAULT_TEST_FILES)
+    return present_in(repo, candidates or list(DEFAULT_TEST_FILES))
 
-        candidates.extend(guide(category).test_files)
-    candidates.extend(DEFAULT_TEST_FILES)
-    ordered = list(dict.fromkeys(candidates))
-    existing = [c for c in ordered if (repo / c).is_file()]
-    return existing + [c for c in ordered if c not in existing]
+
+def test_file_hint(repo: Path, category: str | None, layer: str | None, limit: int = 5) -> str:
+    """Where a new test for this failure belongs, in a sentence: files present in the checkout only."""
+    subject = f"a test of this {category or 'compiler'} failure" + (f" (localize put it in {layer})" if layer else "")
+    choice = suggest_test_files(repo, category, layer)
+    if choice.present:
+        return f"Better homes for {subject}: " + ", ".join(choice.present[:limit]) + "."
+    return (f"None of the topical test files for {subject} exists in this checkout; upstream PyTorch keeps such "
+            f"tests in {choice.upstream} (not present here): add the test to an existing test file of the area.")
 
 
 def check_test_file(repo: Path, path: Path, test_name: str) -> StaticCheck:

@@ -22,7 +22,8 @@ def register(mcp: MCPServer, state: AppState) -> None:
     async def run_with_logs(
         ctx: Context,
         case_id: base.CaseId,
-        script: Annotated[str, Field(description="the repro script (under the case's repository)", max_length=4096)],
+        script: Annotated[str, Field(description="the repro script; a .py file outside the case's repository runs "
+                                                 "from a copy the case keeps", max_length=4096)],
         args: base.ScriptArgs = None,
         logs: base.LogsArg = None,
         repeat: Annotated[int, Field(description=f"runs of the same command (1-{MAX_REPEAT}), in parallel where "

@@ -1,0 +1,243 @@
+"""What the tools tell an agent follows the case: a repro outside the repository runs from the case's own
+copy, which later steps find; test and source files are ones the checkout has, chosen by localize's
+layer; a step the case has done is never proposed again, and no result prints None."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import EXAMPLES
+from conftest_checkout import Mini, seed_test
+from mcp import Client
+
+from pt2_bug_basher.domain.evidence import (
+    LadderRowRecord,
+    LocalizeRecord,
+    MainCheckEvidence,
+    ReduceEvidence,
+    ReproduceEvidence,
+)
+from pt2_bug_basher.mcp_server.calls import parse_call
+
+pytestmark = pytest.mark.anyio
+
+ACCURACY_TEXT = """Traceback (most recent call last):
+  File "/work/repro.py", line 12, in <module>
+    torch.testing.assert_close(compiled(x), fn(x))
+AssertionError: Tensor-likes are not close!
+
+Mismatched elements: 3 / 3 (100.0%)
+"""
+DYNAMO_INTERNAL_TEXT = """Traceback (most recent call last):
+  File "/work/repro.py", line 12, in <module>
+    f(x)
+torch._dynamo.exc.InternalTorchDynamoError: AttributeError: 'NoneType' object has no attribute 'items'
+"""
+TEST_FILE = """from torch.testing._internal.common_utils import TestCase, run_tests
+
+
+class TestSomething(TestCase):
+    def test_it(self):
+        pass
+
+
+if __name__ == "__main__":
+    run_tests()
+"""
+
+
+async def call(mini: Mini, tool: str, **arguments):
+    async with Client(mini.server) as client:
+        return await client.call_tool(tool, arguments)
+
+
+async def ok(mini: Mini, tool: str, **arguments) -> dict:
+    result = await call(mini, tool, **arguments)
+    assert not result.is_error, result.content[0].text
+    return result.structured_content
+
+
+def error_text(result) -> str:
+    assert result.is_error, result.structured_content
+    return result.content[0].text
+
+
+def put(repo: Path, *files: str, text: str = TEST_FILE) -> None:
+    for rel in files:
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text(text)
+
+
+def seed_accuracy(mini: Mini, case_id: str, layer: str | None = "Dynamo") -> None:
+    """An accuracy reproduction (the stale graph of a missing guard) and, if given, the layer localize found."""
+    mini.store.add_evidence(case_id, "reproduce", True, "repro.py failed 2/2 times (accuracy)",
+                            data=ReproduceEvidence(script=str(mini.repo / "repro.py"), category="accuracy",
+                                                   exception_type="AssertionError",
+                                                   message="Tensor-likes are not close!", repeat=2))
+    if layer is not None:
+        first = {"Dynamo": "eager", "Inductor": "inductor"}[layer]
+        mini.store.set_localization(case_id, LocalizeRecord(first_failing=first, layer=layer, table=[
+            LadderRowRecord(backend=first, dynamic="False", outcome="same failure"),
+            LadderRowRecord(backend=first, dynamic="True", outcome="same failure")]))
+
+
+# --------------------------------------------------------------------------------------------
+# 1. A repro outside the repository
+
+
+@pytest.fixture
+def elsewhere(tmp_path_factory) -> Path:
+    """A directory outside the case's repository and every allowed root, with the user's repro in it."""
+    where = tmp_path_factory.mktemp("users_own_dir")
+    shutil.copy(EXAMPLES / "graph_break_fullgraph.py", where / "repro.py")  # backend="eager": no Inductor
+    return where
+
+
+async def test_a_repro_outside_the_repository_runs_from_the_cases_copy_that_later_steps_find(
+        mini: Mini, elsewhere: Path):
+    case_id = mini.new_case()
+    original = elsewhere / "repro.py"
+    data = await ok(mini, "run_with_logs", case_id=case_id, script=str(original), repeat=2)
+    copy = Path(data["script"])
+    assert data["reproduced"] and data["failure"]["category"] == "graph_break", data["failure"]
+    assert copy.is_relative_to(mini.store.case_dir(case_id)) and copy.read_text() == original.read_text()
+    assert any(str(original) in note and str(copy) in note for note in data["notes"]), data["notes"]
+    [repro] = [e for e in mini.store.evidence(case_id, "reproduce") if e.ok]
+    assert repro.data.script == str(copy) and repro.data.script_origin == str(original)
+    # Step 3 starts with localize, on the case's copy, and its gate is open.
+    nxt = parse_call(data["next_step"][data["next_step"].index("localize("):])
+    assert nxt.tool == "localize" and nxt.arguments == {"case_id": case_id, "script": str(copy)}
+    # The case keeps its copy: editing the original changes nothing it reruns.
+    original.write_text("raise SystemExit('edited since')\n")
+    assert copy.read_text() != original.read_text()
+
+    # collect_debug_artifacts defaults to the reproduction's script: the copy (localize's default: test_localize).
+    for step in ("reduce", "test", "main_check"):
+        await ok(mini, "waive_step", case_id=case_id, step=step, reason="this test is about the copied repro")
+    collected = await ok(mini, "collect_debug_artifacts", case_id=case_id)
+    assert collected["script"] == str(copy)
+    assert mini.store.get_run(collected["run_id"], case_id).argv[1] == str(copy)
+
+
+async def test_a_script_outside_is_copied_only_when_it_is_a_plain_python_file(mini: Mini, elsewhere: Path):
+    case_id = mini.new_case()
+    (elsewhere / "notes.txt").write_text("print('not a script')\n")
+    (elsewhere / "-rf.py").write_text("print('x')\n")
+    (elsewhere / "huge.py").write_bytes(b"#" * (4 * 1024 * 1024 + 1))
+    os.mkfifo(elsewhere / "pipe.py")
+    (elsewhere / "dir.py").mkdir()
+    refusals = {
+        "notes.txt": "not a Python script (.py)", "-rf.py": "command-line option", "huge.py": "larger than 4 MiB",
+        "pipe.py": "not a regular file", "dir.py": "not a regular file", "gone.py": "does not exist",
+    }
+    for name, expected in refusals.items():
+        text = error_text(await call(mini, "run_with_logs", case_id=case_id, script=str(elsewhere / name),
+                                     repeat=1, timeout_s=30))
+        assert expected in text, (name, text)
+    assert mini.store.runs(case_id) == [] and not (mini.store.case_dir(case_id) / "scripts").exists()
+    # A script inside the repository runs where it is, as it always did.
+    inside = await ok(mini, "run_with_logs", case_id=case_id, script="repro.py", repeat=1, timeout_s=60)
+    assert inside["script"] == str(mini.repo / "repro.py") and inside["notes"] == []
+
+
+# --------------------------------------------------------------------------------------------
+# 2. Test and source files: present in the checkout, following localize's layer
+
+
+async def test_register_test_suggests_files_the_checkout_has_for_the_layer_localize_found(mini: Mini):
+    case_id = mini.new_case()
+    seed_accuracy(mini, case_id, layer="Dynamo")
+    mini.store.add_waiver(case_id, "reduce", "the repro is already two lines long")
+    put(mini.repo, "test/dynamo/test_misc.py", "test/dynamo/test_functions.py", "test/inductor/test_torchinductor.py")
+    text = error_text(await call(mini, "register_test", case_id=case_id, test_file="test/dynamo/test_misc.py",
+                                 test_name="TestSomething.test_it"))
+    homes = text[text.index("Better homes"):]
+    assert "accuracy failure (localize put it in Dynamo)" in homes and "test/dynamo/test_functions.py" in homes
+    # Not Inductor's files for a Dynamo bug, nor files this checkout does not have.
+    assert "test_torchinductor" not in homes and "test_repros" not in homes and "test_guard_manager" not in homes
+
+
+async def test_register_test_names_the_upstream_file_as_absent_when_the_checkout_has_none(mini: Mini):
+    case_id = mini.new_case()
+    seed_accuracy(mini, case_id, layer="Dynamo")
+    mini.store.add_waiver(case_id, "reduce", "the repro is already two lines long")
+    put(mini.repo, "test/dynamo/test_misc.py")
+    text = error_text(await call(mini, "register_test", case_id=case_id, test_file="test/dynamo/test_misc.py",
+                                 test_name="TestSomething.test_it"))
+    assert "None of the topical test files" in text and "test/dynamo/test_repros.py (not present here)" in text
+    assert "Better homes" not in text
+
+
+async def test_classify_error_guide_follows_the_layer_and_the_checkout(mini: Mini):
+    case_id = mini.new_case()
+    seed_accuracy(mini, case_id, layer="Dynamo")
+    put(mini.repo, "test/dynamo/test_functions.py", "test/inductor/test_torchinductor.py",
+        "torch/_dynamo/guards.py", "torch/_inductor/lowering.py", text="")
+    data = await ok(mini, "classify_error", case_id=case_id, text=ACCURACY_TEXT)
+    guide = data["guide"]
+    assert data["category"] == "accuracy" and guide["layer"] == "Dynamo"
+    assert guide["playbook"] == 'prompt "playbook" with category="dynamo_internal"'
+    assert guide["test_files"] == ["test/dynamo/test_functions.py"]
+    assert guide["source_files"] == ["torch/_dynamo/guards.py"] and guide["not_present"] == []
+    # Localized in Inductor, the same failure gets Inductor's files.
+    other = mini.new_case()
+    seed_accuracy(mini, other, layer="Inductor")
+    guide = (await ok(mini, "classify_error", case_id=other, text=ACCURACY_TEXT))["guide"]
+    assert guide["playbook"] == 'prompt "playbook" with category="accuracy"'
+    assert guide["test_files"] == ["test/inductor/test_torchinductor.py"]
+    assert guide["source_files"] == ["torch/_inductor/lowering.py"]
+    # A checkout with none of them: nothing suggested, the upstream files named as absent.
+    for rel in ("test", "torch"):
+        shutil.rmtree(mini.repo / rel)
+    guide = (await ok(mini, "classify_error", case_id=other, text=ACCURACY_TEXT))["guide"]
+    assert guide["test_files"] == [] and guide["source_files"] == []
+    assert [entry.split(" ")[0] for entry in guide["not_present"]] == [
+        "torch/_inductor/decomposition.py", "test/inductor/test_torchinductor.py"]
+    assert all("not present in" in entry for entry in guide["not_present"])
+
+
+# --------------------------------------------------------------------------------------------
+# 6. Guidance from the case's state
+
+
+async def test_classify_error_never_proposes_a_step_the_case_has_done(mini: Mini):
+    case_id = mini.new_case()
+    seed_accuracy(mini, case_id, layer="Inductor")
+    before = await ok(mini, "classify_error", case_id=case_id, text=ACCURACY_TEXT)
+    assert parse_call(before["diagnostic"]).tool == "minify"  # localize ran; the reduction has not
+    mini.store.add_evidence(case_id, "reduce", True, "fx reduction 12 -> 3 nodes: repro_min.py fails the same way",
+                            data=ReduceEvidence(minimized_path=str(mini.repo / "repro.py"), mode="fx",
+                                                comparison="signature"))
+    data = await ok(mini, "classify_error", case_id=case_id, text=ACCURACY_TEXT)
+    diagnostic = parse_call(data["diagnostic"])
+    assert diagnostic.tool == "register_test" and diagnostic.arguments["case_id"] == case_id, data["diagnostic"]
+    assert "localize(" not in data["next_step"] and "minify(" not in data["next_step"]
+
+
+async def test_get_workflow_prints_no_none_and_the_logs_step_follows_the_layer(mini: Mini):
+    case_id = mini.new_case()
+    mini.reproduce(case_id)
+    seed_test(mini.store, case_id)
+    mini.store.add_evidence(case_id, "main_check", True, "fails on main (seeded)",
+                            data=MainCheckEvidence(ref="main", outcome="failed", exception_type="ValueError"))
+    # The mini repro does not import torch: its logs say nothing about graphs.
+    logged = await ok(mini, "run_with_logs", case_id=case_id, script="repro.py", logs="dynamo_internal", repeat=1,
+                      timeout_s=60)
+    assert "logs" in logged["recorded"] and logged["graphs_compiled"] is None
+    status = (await ok(mini, "get_workflow", case_id=case_id))["case"]
+    shown = json.dumps(status)
+    assert "None" not in shown, shown
+    assert next(s for s in status["steps"] if s["step"] == "logs")["evidence"].endswith("0 recompiles")
+    # A Dynamo crash's diagnostic is the preset the case has just run: the workflow's next call instead.
+    data = await ok(mini, "classify_error", case_id=case_id, text=DYNAMO_INTERNAL_TEXT)
+    assert data["category"] == "dynamo_internal"
+    assert parse_call(data["diagnostic"]).tool == "collect_debug_artifacts", data["diagnostic"]
+
+    other = mini.new_case()
+    seed_accuracy(mini, other, layer="Dynamo")
+    steps = {s["step"]: s for s in (await ok(mini, "get_workflow", case_id=other))["case"]["steps"]}
+    assert parse_call(steps["logs"]["tool_call"]).arguments["logs"] == "dynamo_internal"
