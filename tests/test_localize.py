@@ -80,7 +80,23 @@ async def test_accuracy_failure_only_in_inductor(module_config):
     async with Client(create_server(module_config)) as client:
         case_id = await reproduced(client, module_config, "accuracy_mismatch.py")
         data = (await client.call_tool("localize", {"case_id": case_id})).structured_content
-    table = rows(data)
-    assert table[("eager", "script")] == "passes" and table[("aot_eager", "script")] == "passes"
-    assert table[("inductor", "script")] == "same failure", data["table"]
-    assert data["layer"] == "Inductor"
+        table = rows(data)
+        assert table[("eager", "script")] == "passes" and table[("aot_eager", "script")] == "passes"
+        assert table[("inductor", "script")] == "same failure", data["table"]
+        assert data["layer"] == "Inductor"
+        # The debug artifacts then point at the kernel that computes the wrong output, with localize's word.
+        for step in ("test", "main_check"):
+            await client.call_tool("waive_step", {"case_id": case_id, "step": step,
+                                                  "reason": "localisation test: no unit test needed"})
+        collected = await client.call_tool("collect_debug_artifacts", {"case_id": case_id})
+    assert not collected.is_error, collected.content[0].text
+    artifacts = collected.structured_content
+    failure = artifacts["failure"]
+    assert failure["accuracy"] and failure["localized"] == "Inductor"
+    assert "localize put the failure in Inductor" in failure["how"] and "may be in Dynamo" not in failure["how"]
+    assert failure["mismatched_output"] is None  # one tensor compared: every output is listed
+    [kernel] = failure["output_kernels"]
+    assert kernel["name"] == failure["kernel"] and kernel["role"] == "writes graph output 0"
+    assert kernel["aten_ops"] == ["aten.relu.default", "aten.mul.Tensor"]
+    assert "auto tmp1 = tmp0 + decltype(tmp0)(1);" in kernel["excerpt"]
+    assert "localize found only backend='inductor' wrong" in artifacts["next_step"]
