@@ -9,6 +9,7 @@ from pathlib import Path
 import anyio
 from pydantic import BaseModel, Field
 
+from pt2_bug_basher.analysis.torch_logs import LoggedKernel, logged_kernels
 from pt2_bug_basher.analysis.verdict import FailureSummary, RunOutcome, RunVerdict, Verdict, tail_lines
 from pt2_bug_basher.case.store import CaseRecord, Store
 from pt2_bug_basher.domain.errors import InvalidInput
@@ -51,6 +52,10 @@ class RunWithLogsResult(BaseModel):
     graphs_compiled: int | None = None
     frames_compiled: int | None = None
     tail: list[str] = Field(default_factory=list, description="the last lines of stderr that matter")
+    kernels: list[LoggedKernel] = Field(default_factory=list, description=(
+        "the generated kernels (C++ cpp_fused_* or Triton triton_*) from the output_code log of the run shown, "
+        "with their source-node comment and code (bounded; the full log is the run's stderr)"))
+    kernels_left_out: list[str] = Field(default_factory=list, description="kernels whose code did not fit")
     trace: TraceSummary | None = None
     inductor_config: dict[str, object] = Field(default_factory=dict,
                                                description="Inductor config set before the script ran")
@@ -169,6 +174,7 @@ async def run_repro(
     if failing is not None:
         result.failure = failing.failure_summary()
         result.tail = tail_lines(failing.stderr)
+    result.kernels, result.kernels_left_out = logged_kernels((failing or first).stderr)
     if differential:
         result.verdict = _verdict(result, script, deciding, compile_off, logged, layer)
     merged = logged[0].logs if logged else first.logs
