@@ -573,6 +573,20 @@ def test_a_wrong_result_is_followed_back_from_the_output_through_triton_kernels(
                                "RuntimeError: boom\n", graphs, stamp, "case-x", stamp.name, 1, None, layer="Inductor")
     assert "may be in Dynamo" not in elsewhere.how and "localize put the failure in Inductor" in elsewhere.how
 
+    # One graph: the item the assertion names is that graph's output. After a graph break (two inference
+    # graphs) it is not one graph's output of that index, so every output of each graph is listed.
+    item = ASSERT_CLOSE_FAILURE + "\nThe failure occurred for item [0]\n"
+    one = locate_failure(item, graphs, stamp, "case-x", stamp.name, 1, None, accuracy=True, layer="Inductor")
+    assert one.mismatched_output == 0 and one.output_kernels[0].role.endswith("(the item the assertion names)")
+    second = graph_dir.parent / "model__1_inference_1.1"
+    second.mkdir()
+    (second / "output_code.py").write_text(TRITON_OUTPUT_CODE)
+    split = [load_graph(p, stamp, {}) for p in walk(stamp).graph_dirs]
+    broken = locate_failure(item, split, stamp, "case-x", stamp.name, 1, None, accuracy=True, layer="Inductor")
+    assert {k.graph for k in broken.output_kernels} == {"model__0_inference_0.0", "model__1_inference_1.1"}
+    assert not any(k.role.endswith("(the item the assertion names)") for k in broken.output_kernels)
+    assert "the outputs of graph" in broken.how
+
 
 def test_a_lowering_failure_points_at_the_graph_left_without_output_code(tmp_path):
     from pt2_bug_basher.artifacts.graphs import load_graph

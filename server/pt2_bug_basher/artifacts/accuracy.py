@@ -20,6 +20,7 @@ MAX_OUTPUT_KERNELS = 4
 EXCERPT_CHARS = 1200
 # torch.testing.assert_close on a tuple, list or dict of results names the item that differs.
 _ITEM_RE = re.compile(r"The failure occurred for item \[(\d+)\]")
+NAMED_ITEM = "(the item the assertion names)"
 _ROLE_ORDER = {"inference": 0, "forward": 0, "unknown": 1, "backward": 2}
 
 
@@ -44,10 +45,13 @@ def mismatched_item(text: str) -> int | None:
 
 
 def output_kernels(graphs: list[Graph], item: int | None, case_id: str, stamp: str) -> list[OutputKernel]:
-    """The calls that write the graph outputs (only `item` when it is an output's index), then the ones
-    that write what those read, in the order the graphs ran (forward before backward)."""
+    """The calls that write the graph outputs (only output `item` when the item the assertion names can be
+    one: a single forward graph with that many outputs), then the ones that write what those read, forward
+    graphs before backward ones."""
     found: list[OutputKernel] = []
     ordered = sorted((g for g in graphs if g.code is not None), key=lambda g: _ROLE_ORDER.get(g.role, 1))
+    if sum(g.role in ("inference", "forward") for g in ordered) > 1:
+        item = None  # graph breaks: the compared item is not one graph's output of the same index
     for graph in ordered:
         flow = data_flow(graph.code)  # type: ignore[arg-type]
         if flow is None or not flow.outputs:
@@ -61,7 +65,7 @@ def output_kernels(graphs: list[Graph], item: int | None, case_id: str, stamp: s
                 writers.setdefault(writer, []).append(index)
         for writer, outputs in sorted(writers.items()):
             which = ", ".join(str(i) for i in outputs)
-            note = " (the item the assertion names)" if item is not None and outputs == [item] else ""
+            note = f" {NAMED_ITEM}" if item is not None and outputs == [item] else ""
             call = flow.calls[writer]
             focus = _param_of(flow, call, flow.outputs[outputs[0]]) if len(outputs) == 1 else None
             found.append(_entry(graph, call, f"writes graph output {which}{note}", case_id, stamp, focus))

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
-from pt2_bug_basher.artifacts.accuracy import OutputKernel, mismatched_item, output_kernels
+from pt2_bug_basher.artifacts.accuracy import NAMED_ITEM, OutputKernel, mismatched_item, output_kernels
 from pt2_bug_basher.artifacts.graphs import Graph
 from pt2_bug_basher.artifacts.index import CACHE_DIR_NAME, artifact_uri, page_of_line, read_text
 from pt2_bug_basher.artifacts.output_code import Kernel
@@ -36,7 +36,8 @@ class FailureLocation(BaseModel):
     compiler_error: str | None = Field(None, description="the C++/Triton compiler's first error")
     accuracy: bool = Field(False, description="a wrong result (not an exception in compiled code)")
     mismatched_output: int | None = Field(None, description="the item of the compared result that differs, as "
-                                                            "the assertion names it (taken as the graph output)")
+                                                            "the assertion names it; with one forward graph, "
+                                                            "the graph output of that index")
     output_kernels: list[OutputKernel] = Field(
         default_factory=list, description="accuracy: the calls that write the graph output(s) that came out wrong, "
                                           "then those that write what they read; the ops and code of each")
@@ -306,7 +307,8 @@ def _accuracy_location(
     first = next((k for k in found if k.kind != "extern"), found[0])
     graph = next(g for g in graphs if g.name == first.graph)
     kernel = graph.code.kernel_named(first.name) if graph.code else None
-    which = f"output {item} (the item the assertion names)" if item is not None else "the outputs"
+    named = any(k.role.endswith(NAMED_ITEM) for k in found)
+    which = f"output {item} (the item the assertion names)" if named else "the outputs"
     writers = ", ".join(f"{k.name} [{', '.join(k.aten_ops) or 'ops unknown'}]" for k in found
                         if k.role.startswith("writes"))
     hows.append(f"a wrong result: {which} of graph {graph.name} is written by {writers}")

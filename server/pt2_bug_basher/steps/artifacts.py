@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pt2_bug_basher.artifacts.accuracy import NAMED_ITEM
 from pt2_bug_basher.artifacts.collect import CollectArtifactsResult, Target, carried_env, collect
 from pt2_bug_basher.artifacts.locate import FailureLocation
 from pt2_bug_basher.case.state import AppState
@@ -145,8 +146,8 @@ def _accuracy_next_step(result: CollectArtifactsResult, failure: FailureLocation
     writers = [k for k in failure.output_kernels if k.role.startswith("writes")] or failure.output_kernels
     first = writers[0]
     graph_dir = next((g.dir_uri for g in result.graphs if g.name == first.graph), None)
-    which = (f"output {failure.mismatched_output}" if failure.mismatched_output is not None
-             else "the graph outputs")
+    item_named = any(k.role.endswith(NAMED_ITEM) for k in failure.output_kernels)
+    which = f"output {failure.mismatched_output}" if item_named else "the graph outputs"
     named = "; ".join(f"{k.name} ({', '.join(k.aten_ops) or 'ops not recorded'})" for k in writers)
     fed = [k.name for k in failure.output_kernels if k not in writers]
     feeders = f", fed by {', '.join(fed)}" if fed else ""
