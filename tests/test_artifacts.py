@@ -66,6 +66,23 @@ def f(x):
 print(torch.compile(f)(torch.randn(8, 8)).sum())
 '''
 
+# A wrong result, not an exception: the relu hook's accuracy mode makes the C++ kernel compute x + 1 for
+# relu(x). Only the second item of the compared tuple is wrong; the first comes from an extern mm.
+ACCURACY_BUG = '''
+import torch
+import torch._inductor.config as inductor_config
+
+inductor_config.cpp.inject_relu_bug_TESTING_ONLY = "accuracy"
+
+
+def f(x):
+    return torch.mm(x, x), torch.relu(x) * 2
+
+
+x = torch.linspace(-2, 2, 64).reshape(8, 8)
+torch.testing.assert_close(torch.compile(f)(x), f(x))
+'''
+
 WAIVE_REASON = "artifact-indexing test: no unit test needed"
 
 
@@ -88,6 +105,7 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> Session:
     (repo / "model.py").write_text(MODEL)
     for mode in ("compile_error", "runtime_error"):
         (repo / f"{mode}.py").write_text(RELU_BUG.format(mode=mode))
+    (repo / "accuracy.py").write_text(ACCURACY_BUG)
     config = ServerConfig(state_dir=root / "state", default_repo=repo, allowed_roots=(root,))
     holder: dict[str, Session] = {}
 
@@ -116,6 +134,7 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> Session:
             await collect("again", run_id=sess.results["model"]["run_id"], trace=True)
             await collect("compile_error", script=str(repo / "compile_error.py"))
             await collect("runtime_error", script=str(repo / "runtime_error.py"))
+            await collect("accuracy", script=str(repo / "accuracy.py"))
             status = await client.call_tool("get_workflow", {"case_id": case_id})
             sess.status = status.structured_content["case"]
 
@@ -204,9 +223,9 @@ def test_evidence_is_recorded(session):
     by_step = {s["step"]: s for s in session.status["steps"]}
     artifacts = by_step["artifacts"]
     assert artifacts["status"] == "done"
-    assert artifacts["run_id"] == session.results["runtime_error"]["run_id"]
-    assert "1 graphs, 1 kernels" in artifacts["evidence"] and "cpp_fused_add_mul_relu_0" in artifacts["evidence"]
-    for key in ("model", "again", "compile_error", "runtime_error"):
+    assert artifacts["run_id"] == session.results["accuracy"]["run_id"]
+    assert "1 graphs, 1 kernels" in artifacts["evidence"] and "cpp_fused_mul_relu_0" in artifacts["evidence"]
+    for key in ("model", "again", "compile_error", "runtime_error", "accuracy"):
         assert session.results[key]["recorded"] == ["artifacts"]
         assert session.results[key]["next_step"]
         assert session.results[key]["_bytes"] < 8000, key  # the agent reads the files through resources
@@ -280,6 +299,42 @@ def test_runtime_error_maps_the_generated_frame_to_the_kernel(session):
     assert failure["fx_nodes_from"] == "provenance tracking"
     assert {"mul", "relu", "add"} == set(failure["fx_nodes"])
     assert "calls " + failure["kernel"] in failure["how"]
+
+
+def test_accuracy_failure_names_the_kernel_that_writes_the_wrong_output(session):
+    result = session.results["accuracy"]
+    assert result["failed"] and result["exit_code"] == 1
+    failure = result["failure"]
+    graph = _graph(result, "inference")
+    code = _file(result, graph["dir_uri"] + "output_code.py").read_text()
+    # Read independently: the buffers the wrapper returns, and the kernel call that receives the second one.
+    returned = re.findall(r"\w+", re.search(r"^        return \((.*)\)$", code, re.M).group(1))
+    assert len(returned) == 2
+    writer = re.search(rf"^        (cpp_fused_\w+)\((?:\w+, )*{returned[1]}\b", code, re.M).group(1)
+    assert failure["accuracy"] and failure["phase"] == "runtime"
+    assert failure["mismatched_output"] == 1  # "The failure occurred for item [1]"
+    assert failure["graph"] == graph["name"] and failure["kernel"] == writer
+    assert "may be in Dynamo" not in failure["how"] and writer in failure["how"]
+    assert "localize was not run" in failure["how"]
+    # Only the writer of output 1: the extern mm behind output 0 is not named.
+    assert [k["name"] for k in failure["output_kernels"]] == [writer]
+    kernel = failure["output_kernels"][0]
+    assert kernel["role"].startswith("writes graph output 1") and kernel["kind"] == "cpp"
+    assert set(kernel["aten_ops"]) == {"aten.relu.default", "aten.mul.Tensor"}
+    assert set(kernel["fx_nodes"]) == {"relu", "mul"} and kernel["fx_nodes_from"] == "provenance tracking"
+    # The excerpt is the kernel's own code, with the line that gives the bug away (x + 1 for relu(x)).
+    lines = code.splitlines()
+    assert lines[kernel["line"] - 1].startswith(f"{writer} = async_compile.cpp_pybinding(")
+    assert writer in lines[kernel["call_line"] - 1]
+    body = {line.strip() for line in lines}
+    assert all(line in body for line in kernel["excerpt"].splitlines())
+    assert "auto tmp1 = tmp0 + decltype(tmp0)(1);" in kernel["excerpt"]
+    assert "#include" not in kernel["excerpt"] and len(kernel["excerpt"]) <= 1200
+    assert _file(result, kernel["output_code"]) == _file(result, graph["dir_uri"] + "output_code.py")
+    # The case has no reproduction yet (localize would refuse): reproduce first, then localize.
+    assert writer in result["next_step"] and "then localize(" in result["next_step"]
+    assert f'reproduce it (run_with_logs(case_id="{session.case_id}", script="{session.repo / "accuracy.py"}"' \
+        in result["next_step"]
 
 
 # -- resources -----------------------------------------------------------------------------------------
@@ -467,6 +522,70 @@ RuntimeError: CUDA error: an illegal memory access was encountered
     nowhere = locate_failure("Traceback (most recent call last):\n  File \"/home/u/r.py\", line 1, in <module>\n"
                              "torch._dynamo.exc.Unsupported: boom\n", [graph], stamp, "case-x", stamp.name, 1, None)
     assert nowhere.graph is None and nowhere.kernel is None and "not in a kernel" in nowhere.how
+
+
+ASSERT_CLOSE_FAILURE = """Traceback (most recent call last):
+  File "/home/u/repro.py", line 12, in <module>
+    torch.testing.assert_close(torch.compile(f)(x), f(x))
+AssertionError: Tensor-likes are not close!
+
+Mismatched elements: 1 / 1 (100.0%)
+Greatest absolute difference: 3.0 at index (0,) (up to 1e-05 allowed)
+"""
+
+
+def test_a_wrong_result_is_followed_back_from_the_output_through_triton_kernels(tmp_path):
+    from pt2_bug_basher.artifacts.graphs import load_graph
+    from pt2_bug_basher.artifacts.index import walk
+    from pt2_bug_basher.artifacts.locate import locate_failure
+
+    stamp = tmp_path / "20260101-000000-aaaaaa"
+    graph_dir = stamp / "torch_compile_debug" / "run_1-pid_1" / "torchinductor" / "model__0_inference_0.0"
+    graph_dir.mkdir(parents=True)
+    (graph_dir / "output_code.py").write_text(TRITON_OUTPUT_CODE)
+    (graph_dir / "fx_graph_readable.py").write_text(TRITON_FX)
+    graphs = [load_graph(p, stamp, {}) for p in walk(stamp).graph_dirs]
+
+    failure = locate_failure(ASSERT_CLOSE_FAILURE, graphs, stamp, "case-x", stamp.name, 1, None, accuracy=True,
+                             layer="Inductor")
+    # The wrapper returns buf1, written by the reduction; the reduction reads buf0, written by the pointwise
+    # kernel; the extern mm writes buf2, which is not returned.
+    assert [(k.name, k.role) for k in failure.output_kernels] == [
+        ("triton_red_fused_sum_1", "writes graph output 0"),
+        ("triton_poi_fused_mul_relu_0", "feeds triton_red_fused_sum_1.run (writes buf0)")]
+    reduction, pointwise = failure.output_kernels
+    assert pointwise.aten_ops == ["aten.mul.Tensor", "aten.relu.default"]
+    assert pointwise.fx_nodes == ["mul", "relu"] and pointwise.fx_nodes_from == "output_code comments"
+    assert reduction.aten_ops == ["aten.sum.default"]
+    assert pointwise.excerpt.splitlines()[:2] == [
+        "@triton.jit", "def triton_poi_fused_mul_relu_0(in_ptr0, out_ptr0, xnumel, XBLOCK : tl.constexpr):"]
+    assert "tl.store(out_ptr0 + xoffset, tmp0)" in pointwise.excerpt and "import triton" not in pointwise.excerpt
+    assert failure.kernel == "triton_red_fused_sum_1" and failure.phase == "runtime"
+    assert failure.mismatched_output is None
+    assert "localize put the failure in Inductor" in failure.how and "may be in Dynamo" not in failure.how
+
+    # localize found the wrong values before Inductor: the kernels are named, and the layer with them.
+    earlier = locate_failure(ASSERT_CLOSE_FAILURE, graphs, stamp, "case-x", stamp.name, 1, None, accuracy=True,
+                             layer="AOTAutograd")
+    assert earlier.output_kernels and "localize put the failure in AOTAutograd" in earlier.how
+    # An error outside generated code after localize found only Inductor failing: Inductor is not cleared.
+    elsewhere = locate_failure("Traceback (most recent call last):\n  File \"/home/u/r.py\", line 1, in <module>\n"
+                               "RuntimeError: boom\n", graphs, stamp, "case-x", stamp.name, 1, None, layer="Inductor")
+    assert "may be in Dynamo" not in elsewhere.how and "localize put the failure in Inductor" in elsewhere.how
+
+    # One graph: the item the assertion names is that graph's output. After a graph break (two inference
+    # graphs) it is not one graph's output of that index, so every output of each graph is listed.
+    item = ASSERT_CLOSE_FAILURE + "\nThe failure occurred for item [0]\n"
+    one = locate_failure(item, graphs, stamp, "case-x", stamp.name, 1, None, accuracy=True, layer="Inductor")
+    assert one.mismatched_output == 0 and one.output_kernels[0].role.endswith("(the item the assertion names)")
+    second = graph_dir.parent / "model__1_inference_1.1"
+    second.mkdir()
+    (second / "output_code.py").write_text(TRITON_OUTPUT_CODE)
+    split = [load_graph(p, stamp, {}) for p in walk(stamp).graph_dirs]
+    broken = locate_failure(item, split, stamp, "case-x", stamp.name, 1, None, accuracy=True, layer="Inductor")
+    assert {k.graph for k in broken.output_kernels} == {"model__0_inference_0.0", "model__1_inference_1.1"}
+    assert not any(k.role.endswith("(the item the assertion names)") for k in broken.output_kernels)
+    assert "the outputs of graph" in broken.how
 
 
 def test_a_lowering_failure_points_at_the_graph_left_without_output_code(tmp_path):

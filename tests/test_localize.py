@@ -94,26 +94,42 @@ async def test_accuracy_failure_only_in_inductor(module_config):
     async with Client(create_server(module_config)) as client:
         case_id = await reproduced(client, module_config, "accuracy_mismatch.py")
         data = (await client.call_tool("localize", {"case_id": case_id})).structured_content
-    table = rows(data)
-    assert table[("eager", "script")] == "passes" and table[("aot_eager", "script")] == "passes"
-    assert table[("inductor", "script")] == "same failure", data["table"]
-    assert data["layer"] == "Inductor"
-    # below the backend: the compiler bisector's subsystems, then the lowering applications
-    bisection = data["bisection"]
-    assert bisection["subsystem"] == "lowerings" and bisection["kind"] == "bisect", bisection
-    assert bisection["culprit"]["subject"] == "aten.relu.default", bisection["culprit"]
-    assert bisection["result"].startswith("BisectionResult(backend='inductor', subsystem='lowerings'")
-    fixed_by = {t["subsystem"] for t in bisection["trials"] if t["max_enabled"] == -1 and t["outcome"] == "fixed"}
-    assert fixed_by == {"lowerings"}, bisection["trials"]
-    assert "cudagraphs" not in {t["subsystem"] for t in bisection["trials"]}  # a CPU-only torch
-    # the first suspect is the C++ code generator of relu, where the testing hook corrupts it
-    top = data["suspects"][0]
-    assert top["file"] == "torch/_inductor/codegen/cpp.py" and top["function"].endswith("Overrides.relu"), top
-    body = "".join(torch_file(top["file"]).read_text().splitlines(keepends=True)[top["line"] - 1: top["line"] + 15])
-    assert "inject_relu_bug_TESTING_ONLY" in body
-    # every trial is a recorded run with the case's own cache directory, never the machine's
-    store = Store(module_config.state_dir)
-    for trial in bisection["trials"]:
-        run = store.get_run(trial["run_id"], case_id)
-        assert Path(run.env["TORCHINDUCTOR_CACHE_DIR"]).is_relative_to(module_config.state_dir)
-        assert run.env["TORCH_BISECT_SUBSYSTEM"] == trial["subsystem"]
+        table = rows(data)
+        assert table[("eager", "script")] == "passes" and table[("aot_eager", "script")] == "passes"
+        assert table[("inductor", "script")] == "same failure", data["table"]
+        assert data["layer"] == "Inductor"
+        # below the backend: the compiler bisector's subsystems, then the lowering applications
+        bisection = data["bisection"]
+        assert bisection["subsystem"] == "lowerings" and bisection["kind"] == "bisect", bisection
+        assert bisection["culprit"]["subject"] == "aten.relu.default", bisection["culprit"]
+        assert bisection["result"].startswith("BisectionResult(backend='inductor', subsystem='lowerings'")
+        fixed_by = {t["subsystem"] for t in bisection["trials"] if t["max_enabled"] == -1 and t["outcome"] == "fixed"}
+        assert fixed_by == {"lowerings"}, bisection["trials"]
+        assert "cudagraphs" not in {t["subsystem"] for t in bisection["trials"]}  # a CPU-only torch
+        # the first suspect is the C++ code generator of relu, where the testing hook corrupts it
+        top = data["suspects"][0]
+        assert top["file"] == "torch/_inductor/codegen/cpp.py" and top["function"].endswith("Overrides.relu"), top
+        body = "".join(torch_file(top["file"]).read_text().splitlines(keepends=True)[top["line"] - 1: top["line"] + 15])
+        assert "inject_relu_bug_TESTING_ONLY" in body
+        # every trial is a recorded run with the case's own cache directory, never the machine's
+        store = Store(module_config.state_dir)
+        for trial in bisection["trials"]:
+            run = store.get_run(trial["run_id"], case_id)
+            assert Path(run.env["TORCHINDUCTOR_CACHE_DIR"]).is_relative_to(module_config.state_dir)
+            assert run.env["TORCH_BISECT_SUBSYSTEM"] == trial["subsystem"]
+        # The debug artifacts then point at the kernel that computes the wrong output, with localize's word.
+        for step in ("test", "main_check"):
+            await client.call_tool("waive_step", {"case_id": case_id, "step": step,
+                                                  "reason": "localisation test: no unit test needed"})
+        collected = await client.call_tool("collect_debug_artifacts", {"case_id": case_id})
+    assert not collected.is_error, collected.content[0].text
+    artifacts = collected.structured_content
+    failure = artifacts["failure"]
+    assert failure["accuracy"] and failure["localized"] == "Inductor"
+    assert "localize put the failure in Inductor" in failure["how"] and "may be in Dynamo" not in failure["how"]
+    assert failure["mismatched_output"] is None  # one tensor compared: every output is listed
+    [kernel] = failure["output_kernels"]
+    assert kernel["name"] == failure["kernel"] and kernel["role"] == "writes graph output 0"
+    assert kernel["aten_ops"] == ["aten.relu.default", "aten.mul.Tensor"]
+    assert "auto tmp1 = tmp0 + decltype(tmp0)(1);" in kernel["excerpt"]
+    assert "localize found only backend='inductor' wrong" in artifacts["next_step"]

@@ -340,3 +340,88 @@ def test_live_graph_break_example_parses_to_its_two_breaks():
     s = parse_logs(proc.stderr)
     assert breaks(s) == LOGS_ONLY_BREAKS
     assert s.graph_breaks[0].file == str(EXAMPLES / "graph_break_logs_only.py")
+
+
+# ---------------------------------------------------------------------------------------------
+# generated kernels in the output_code log
+# ---------------------------------------------------------------------------------------------
+
+TRITON_MODULE = '''# AOT ID: ['0_inference']
+from torch._inductor.async_compile import AsyncCompile
+async_compile = AsyncCompile()
+
+
+# kernel path: /tmp/torchinductor_user/ab/cabexample.py
+# Topologically Sorted Source Nodes: [relu, mul], Original ATen: [aten.relu, aten.mul]
+# Source node to ATen node mapping:
+#   mul => mul
+triton_poi_fused_mul_relu_0 = async_compile.triton('triton_poi_fused_mul_relu_0', \'\'\'
+import triton
+import triton.language as tl
+
+@triton_heuristics.pointwise(
+    size_hints={'x': 64},
+    filename=__file__,
+)
+@triton.jit
+def triton_poi_fused_mul_relu_0(in_ptr0, out_ptr0, xnumel, XBLOCK : tl.constexpr):
+    xnumel = 64
+    xoffset = tl.program_id(0) * XBLOCK
+    xindex = xoffset + tl.arange(0, XBLOCK)[:]
+    tmp0 = tl.load(in_ptr0 + (xindex), xmask)
+    tmp1 = tmp0 + 1
+    tmp2 = 2.0
+    tmp3 = tmp1 * tmp2
+    tl.store(out_ptr0 + (xindex), tmp3, xmask)
+\'\'\', device_str='cuda')
+
+
+async_compile.wait(globals())
+del async_compile
+
+class Runner:
+    def call(self, args):
+        arg0_1, = args
+        buf0 = empty_strided_cuda((8, 8), (8, 1), torch.float32)
+        triton_poi_fused_mul_relu_0.run(arg0_1, buf0, 64, stream=stream0)
+        return (buf0, )
+
+
+if __name__ == "__main__":
+    from torch._inductor.wrapper_benchmark import compiled_module_main
+    compiled_module_main('None', lambda times, repeat: benchmark_compiled_module(args, times=times, repeat=repeat))
+'''
+
+
+def _output_code_log(module: str, compile_id: str, line: int) -> str:
+    """A module as the output_code log prints it: one record, every line with torch's prefix."""
+    prefix = f"V1203 15:24:44.474000 6656 torch/_inductor/graph.py:{line}] [{compile_id}] [__output_code] "
+    return "\n".join(prefix + text for text in ["Output code: ", *module.splitlines()]) + "\n"
+
+
+def test_logged_kernels_come_from_the_output_code_records():
+    from pt2_bug_basher.analysis.torch_logs import logged_kernels
+
+    cpu_log = (LOGS / "stderr.runtime_error.log").read_text()
+    text = (_output_code_log(TRITON_MODULE, "0/0", 2722) + "some print output\n"
+            + _output_code_log(TRITON_MODULE.replace("_0", "_1"), "1/0", 2722)
+            + "V1203 15:24:44.475000 6656 torch/_inductor/graph.py:2733] [1/0] [__output_code] Output code written "
+              "to: /tmp/torchinductor_user/p4/cp4.py\n" + cpu_log)
+    kernels, left_out = logged_kernels(text)
+    assert [(k.name, k.kind, k.compile_id) for k in kernels] == [
+        ("triton_poi_fused_mul_relu_0", "triton pointwise", "[0/0]"),
+        ("triton_poi_fused_mul_relu_1", "triton pointwise", "[1/0]")]
+    assert left_out == []
+    first = kernels[0]
+    assert first.source_nodes == ["relu", "mul"] and first.aten_ops == ["aten.relu", "aten.mul"]
+    lines = first.code.splitlines()
+    assert lines[0].startswith("# Topologically Sorted Source Nodes: [relu, mul]")
+    assert lines[1:3] == ["@triton.jit", "def triton_poi_fused_mul_relu_0(in_ptr0, out_ptr0, xnumel, "
+                                         "XBLOCK : tl.constexpr):"]
+    assert "    tmp1 = tmp0 + 1" in lines and "    tl.store(out_ptr0 + (xindex), tmp3, xmask)" in lines
+    assert not any("import" in line or "size_hints" in line or "compiled_module_main" in line for line in lines)
+    # Past the budget, a kernel is named but its code left out.
+    kept, dropped = logged_kernels(text, max_chars=len(first.code) + 100)
+    assert [k.name for k in kept] == ["triton_poi_fused_mul_relu_0"] and dropped == ["triton_poi_fused_mul_relu_1"]
+    # Without output code records there is nothing to give.
+    assert logged_kernels(cpu_log) == ([], [])

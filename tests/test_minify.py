@@ -12,6 +12,7 @@ from conftest import EXAMPLES
 from mcp import Client
 
 from pt2_bug_basher.case.config import ServerConfig
+from pt2_bug_basher.case.store import Store
 from pt2_bug_basher.mcp_server.server import create_server
 
 pytestmark = pytest.mark.anyio
@@ -118,17 +119,45 @@ async def test_fx_minifier_on_an_accuracy_failure(module_config):
     assert data["mode"] == "fx" and data["fx"]["level"] == 4, data
     assert data["confirmed"] and data["comparison"] in ("category", "exception", "signature"), data
     assert data["after"]["nodes"] <= data["before"]["nodes"]
+    # The graph runs on the CPU (and this torch may have no CUDA at all): its trials were forked.
+    assert not any("CUDA" in line for line in data["fx"]["minifier_log"] + data["notes"]), data
+    runs = Store(module_config.state_dir).runs(case_id)
+    assert any("forkserver.py" in " ".join(run.argv) for run in runs), [run.argv[:2] for run in runs]
 
 
 def test_cuda_code_is_never_evaluated_in_forked_processes():
     from pt2_bug_basher.reduce.evaluate import fork_unsafe
 
-    assert fork_unsafe("x = torch.randn(8, device='cuda')")
-    assert fork_unsafe("buf0 = reader.storage(None, 16384, device=device(type='cuda', index=0))")
-    assert fork_unsafe('model.to("cuda")')
-    assert not fork_unsafe("x = torch.randn(8)\ncompiled = torch.compile(f, backend='eager')")
+    for code in ("x = torch.randn(8, device='cuda')",
+                 "buf0 = reader.storage(None, 16384, device=device(type='cuda', index=0))",
+                 'model.to("cuda")'):
+        assert fork_unsafe(code, cuda_available=True), code
+        assert fork_unsafe(code, cuda_available=None), code  # the probe failed: the code decides
+    assert not fork_unsafe("x = torch.randn(8)\ncompiled = torch.compile(f, backend='eager')", cuda_available=True)
 
 
+async def test_a_cpu_only_build_never_claims_the_graph_runs_on_cuda(module_config):
+    """The launcher PyTorch's minifier writes on a CPU-only build names CUDA in its header comments."""
+    import subprocess
+
+    from pt2_bug_basher.reduce.evaluate import case_cuda_available, fork_unsafe
+
+    async with Client(create_server(module_config)) as client:
+        env = await client.call_tool("check_env", {"python": sys.executable})
+    case = Store(module_config.state_dir).get_case(env.structured_content["case_id"])
+    probed = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.is_available())"],
+                            capture_output=True, text=True, timeout=120).stdout.strip()
+    assert case_cuda_available(case) is (probed == "True")
+    launcher = (DATA / "cpu_accuracy_launcher.py").read_text()
+    assert "# torch cuda version: None" in launcher and "torch.cuda.is_available()==False" in launcher
+    # Its tensors are on the CPU: forked trials are safe whatever the build.
+    for cuda in (True, False, None):
+        assert not fork_unsafe(launcher, cuda_available=cuda)
+    # A torch that cannot use CUDA never runs a graph on CUDA, whatever the code says.
+    assert not fork_unsafe("x = torch.randn(8, device='cuda')", cuda_available=False)
+    if not case_cuda_available(case):
+        assert not fork_unsafe("device = 'cuda' if torch.cuda.is_available() else 'cpu'",
+                               cuda_available=case_cuda_available(case))
 async def test_an_already_minimal_repro_completes_the_step_without_reducing(module_config):
     """A one-op repro of a few statements: minify(mode="auto") says so at once and records it as
     the reduce evidence, resting on the reproduction's runs (or one fresh run for another file)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -227,3 +228,27 @@ async def test_runtime_crash_preset_applies_its_environment_and_inductor_config(
     async with Client(create_server(module_config)) as client:
         stderr = (await client.read_resource(data["runs"][0]["stderr"])).contents[0].text
     assert "PT2BB-CONFIG: torch._inductor.config.triton.debug_sync_kernel = True" in stderr
+
+
+async def test_output_code_logs_give_the_generated_kernels_in_a_field_of_their_own(module_config, case_id, example):
+    async with Client(create_server(module_config)) as client:
+        result = await client.call_tool("run_with_logs", {"case_id": case_id, "repeat": 1, "logs": "accuracy",
+                                                          "script": example("accuracy_mismatch.py")})
+        data = result.structured_content
+        stderr = (await client.read_resource(data["runs"][0]["stderr"])).contents[0].text
+    assert "output_code" in data["env_added"]["TORCH_LOGS"].split(",")
+    assert data["failure"]["category"] == "accuracy"
+    # The kernels the log defines, read from the log without the server's help.
+    defined = re.findall(r"\[__output_code\] (cpp_fused_\w+) = async_compile\.cpp_pybinding\(", stderr)
+    assert defined and [k["name"] for k in data["kernels"]] == defined and data["kernels_left_out"] == []
+    kernel = data["kernels"][0]
+    assert kernel["kind"] == "cpp" and kernel["compile_id"] == "[0/0]"
+    # The line that gives the bug away: relu(x) computed as x + 1.
+    assert "auto tmp1 = tmp0 + decltype(tmp0)(1);" in kernel["code"]
+    logged = {line.split("[__output_code] ", 1)[1].strip() for line in stderr.splitlines()
+              if "[__output_code] " in line}
+    assert all(line in logged for line in kernel["code"].splitlines())
+    assert "#include" not in kernel["code"] and sum(len(k["code"]) for k in data["kernels"]) <= 6000
+    # The tail ends on the error, not on the wrapper's boilerplate the log printed before it.
+    assert not any("compiled_module_main" in line or "[__output_code]" in line for line in data["tail"])
+    assert any("Tensor-likes are not close" in line for line in data["tail"])

@@ -582,3 +582,73 @@ def _parse_lines(lines: Iterable[str]) -> LogSummary:
     if block is not None:
         col.finish(block)
     return col.summary()
+
+
+# --------------------------------------------------------------------------------------------
+# Generated kernels in the output_code log
+# --------------------------------------------------------------------------------------------
+
+MAX_KERNEL_CHARS = 2000
+MAX_KERNELS_CHARS = 6000
+
+
+class LoggedKernel(BaseModel):
+    name: str = Field(description="cpp_fused_* (C++ on CPU) or triton_* (Triton)")
+    kind: str
+    compile_id: str | None = Field(None, description="the Dynamo compile whose output code defines it")
+    source_nodes: list[str] = Field(default_factory=list, description="FX nodes it computes, from Inductor's "
+                                                                      "source-node comment (when it wrote one)")
+    aten_ops: list[str] = Field(default_factory=list, description="ATen ops of that comment")
+    code: str = Field(description="its source-node comment and code, boilerplate left out (bounded)")
+
+
+def logged_output_code(text: str) -> list[tuple[str | None, str]]:
+    """(compile id, module source) of each `Output code:` record of the output_code log."""
+    modules: list[tuple[str | None, str]] = []
+    key: tuple[str, str | None] | None = None
+    lines: list[str] = []
+    for raw in text.splitlines():
+        if "[__output_code]" not in raw:
+            continue
+        m = _PREFIX_RE.match(raw)
+        if m is None or m.group("art") != "output_code":
+            continue
+        body = raw[m.end():]
+        here = (m.group("src"), m.group("cid"))
+        if body.startswith("Output code:"):
+            if key is not None:
+                modules.append((key[1], "\n".join(lines)))
+            key, lines = here, []
+        elif key is not None and here == key:
+            lines.append(body)
+        elif key is not None:
+            modules.append((key[1], "\n".join(lines)))
+            key, lines = None, []
+    if key is not None:
+        modules.append((key[1], "\n".join(lines)))
+    return modules
+
+
+def logged_kernels(text: str, max_chars: int = MAX_KERNELS_CHARS) -> tuple[list[LoggedKernel], list[str]]:
+    """The kernels of the output code TORCH_LOGS=output_code printed, within max_chars of code in all, in
+    the order they were generated; and the names of those left out for room."""
+    from pt2_bug_basher.artifacts.output_code import parse_output_code
+
+    kept: list[LoggedKernel] = []
+    left_out: list[str] = []
+    seen: set[tuple[str, str]] = set()
+    room = max_chars
+    for compile_id, module in logged_output_code(text):
+        for kernel in parse_output_code(module).kernels:
+            if (kernel.name, kernel.body) in seen:
+                continue
+            seen.add((kernel.name, kernel.body))
+            budget = min(MAX_KERNEL_CHARS, room - len(kernel.comment) - 40)
+            code = "\n".join(filter(None, [kernel.comment, kernel.excerpt(budget)])) if budget >= 200 else ""
+            if not code or len(code) > room:
+                left_out.append(kernel.name)
+                continue
+            room -= len(code)
+            kept.append(LoggedKernel(name=kernel.name, kind=kernel.kind, compile_id=f"[{compile_id}]" if compile_id
+                                     else None, source_nodes=kernel.source_nodes, aten_ops=kernel.aten_ops, code=code))
+    return kept, left_out

@@ -65,11 +65,15 @@ def is_noise_line(line: str) -> bool:
     return stripped.startswith(_NOISE_PREFIXES) or set(stripped) <= {"-", "=", "^", "~", " "}
 
 
+# TORCH_LOGS records of generated code: run_with_logs gives their kernels a field of their own.
+_CODE_LOG_MARKS = ("] [__output_code]", "] [__kernel_code]")
+
+
 def tail_lines(text: str) -> list[str]:
-    """The last lines that matter: Dynamo's closing hints are dropped, the error is kept."""
+    """The last lines that matter: Dynamo's closing hints and logged generated code are dropped, the error is kept."""
     kept: list[str] = []
     for line in reversed(text.splitlines()):
-        if not line.strip() or is_noise_line(line):
+        if not line.strip() or is_noise_line(line) or any(mark in line for mark in _CODE_LOG_MARKS):
             continue
         kept.append(line[:TAIL_LINE_CHARS])
         if len(kept) >= TAIL_LINES:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from pt2_bug_basher.analysis.verdict import run_uri
+from pt2_bug_basher.analysis.verdict import RunVerdict, run_uri
 from pt2_bug_basher.artifacts.graphs import Graph, GraphSummary, compile_ids_from_stderr, load_graph, summarise_graph
 from pt2_bug_basher.artifacts.index import (
     CACHE_DIR_NAME,
@@ -138,8 +138,11 @@ async def collect(
     env_add: dict[str, str],
     timeout_s: float,
     progress: ProgressFn | None,
+    layer: str | None = None,
 ) -> CollectArtifactsResult:
-    """Rerun the target with TORCH_COMPILE_DEBUG into a new collection directory and index what it wrote."""
+    """Rerun the target with TORCH_COMPILE_DEBUG into a new collection directory and index what it wrote.
+
+    `layer`: where localize put the failure, if it ran for the case."""
     debug_dir = new_debug_dir(store, case.case_id)
     stamp = debug_dir.name
     ours = {**DEBUG_ENV, "TORCH_COMPILE_DEBUG_DIR": str(debug_dir),
@@ -163,11 +166,17 @@ async def collect(
     for summary in summaries:
         if summary.compile_id:
             summary.related = tlparse_related(compiles, case.case_id, stamp, summary.compile_id, summary.role)
-    failed = outcome.exit_code != 0 or outcome.timed_out or outcome.signal_name is not None
+    verdict = RunVerdict(result)
+    # A wrong result fails the run even when the script exits 0 after printing the mismatch.
+    accuracy = verdict.failed and verdict.classification.category == "accuracy"
+    failed = outcome.exit_code != 0 or outcome.timed_out or outcome.signal_name is not None or accuracy
     failure = None
     if failed:
-        text = stderr if stderr.strip() else result.stdout_text(FAILURE_TEXT_BYTES)
-        failure = locate_failure(text, graphs, debug_dir, case.case_id, stamp, outcome.exit_code, outcome.signal_name)
+        stdout = result.stdout_text(FAILURE_TEXT_BYTES)
+        text = stderr if stderr.strip() else stdout
+        failure = locate_failure(text + ("\n" + stdout if accuracy and text is stderr else ""), graphs, debug_dir,
+                                 case.case_id, stamp, outcome.exit_code, outcome.signal_name, accuracy=accuracy,
+                                 layer=layer)
 
     by_kind = Counter(f.kind for f in walked.files)
     if walked.cache_files:

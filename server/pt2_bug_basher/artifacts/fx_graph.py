@@ -37,6 +37,7 @@ class FxGraphStats:
     inputs: list[GraphInput]
     subgraphs: int
     node_names: list[str]
+    node_ops: dict[str, str]  # call node -> its op ("aten.relu.default")
 
 
 def parse_annotation(annotation: str | None) -> dict[str, str | None]:
@@ -97,6 +98,7 @@ def parse_fx_graph(text: str) -> FxGraphStats | None:
     ops: Counter[str] = Counter()
     names = [i.name for i in inputs]
     local = set(names)
+    node_ops: dict[str, str] = {}
     saw_output = False
     subgraphs = sum(1 for line in lines if re.match(r"^\s+class \w+\(", line))
     for line in lines[start + 1:]:
@@ -119,9 +121,11 @@ def parse_fx_graph(text: str) -> FxGraphStats | None:
             # `l_x_ = L_x_`: Dynamo's local alias of an input, not a node.
             local.add(name)
             continue
-        ops[_op_of(rhs, local)] += 1
+        op = _op_of(rhs, local)
+        ops[op] += 1
+        node_ops[name] = op
         local.add(name)
         names.append(name)
     node_count = len(inputs) + sum(ops.values()) + (1 if saw_output else 0)
-    return FxGraphStats(node_count, ops, inputs, subgraphs, names)
+    return FxGraphStats(node_count, ops, inputs, subgraphs, names, node_ops)
 

@@ -98,6 +98,24 @@ class Graph:
                 return guessed, "kernel name (no provenance for this kernel)", []
         return [], None, []
 
+    def ops_of(self, nodes: list[str]) -> list[str]:
+        """The ops of post-grad FX nodes in graph order, as fx_graph_transformed.py (else fx_graph_readable.py)
+        prints them."""
+        graph = self.fx_after or self.fx
+        if graph is None:
+            return []
+        order = {name: n for n, name in enumerate(graph.node_names)}
+        ordered = sorted((n for n in nodes if n in graph.node_ops), key=lambda n: order.get(n, len(order)))
+        return list(dict.fromkeys(graph.node_ops[n] for n in ordered))
+
+    def call_nodes(self, callee: str, handle: str | None) -> list[str]:
+        """Post-grad FX nodes of an extern call (extern_kernels.mm), from provenance tracking: by the call's
+        debug handle, else by name when only one entry has that name."""
+        code_to_post = self.provenance.get("cppCodeToPost") or self.provenance.get("tritonCodeToPost") or {}
+        if handle and handle in code_to_post:
+            return list(code_to_post[handle])
+        named = [nodes for key, nodes in code_to_post.items() if str(key).split(":", 1)[0] == callee]
+        return list(named[0]) if len(named) == 1 else []
 
 
 _DEBUG_TRACE_RE = re.compile(r"\[(\d+/\d+(?:_\d+)?)\]\s+\S+ debug trace: (\S+)\s*$", re.M)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
+from pt2_bug_basher.artifacts.accuracy import NAMED_ITEM, OutputKernel, mismatched_item, output_kernels
 from pt2_bug_basher.artifacts.graphs import Graph
 from pt2_bug_basher.artifacts.index import CACHE_DIR_NAME, artifact_uri, page_of_line, read_text
 from pt2_bug_basher.artifacts.output_code import Kernel
@@ -33,6 +34,14 @@ class FailureLocation(BaseModel):
     output_code_line: int | None = None
     code_line: str | None = Field(None, description="the generated line at that place")
     compiler_error: str | None = Field(None, description="the C++/Triton compiler's first error")
+    accuracy: bool = Field(False, description="a wrong result (not an exception in compiled code)")
+    mismatched_output: int | None = Field(None, description="the item of the compared result that differs, as "
+                                                            "the assertion names it; with one forward graph, "
+                                                            "the graph output of that index")
+    output_kernels: list[OutputKernel] = Field(
+        default_factory=list, description="accuracy: the calls that write the graph output(s) that came out wrong, "
+                                          "then those that write what they read; the ops and code of each")
+    localized: str | None = Field(None, description="the layer localize put the failure in, when it ran")
     how: str = Field(description="how the location was told")
 
 
@@ -172,12 +181,26 @@ def _kernel_of_compiler_error(error: CompilerError, graphs: list[Graph]) -> tupl
     return None
 
 
+_LAYER_SAYS = {
+    "Inductor": "localize put the failure in Inductor (only backend='inductor' fails)",
+}
+
+
+def _localized(layer: str | None) -> str:
+    if layer is None:
+        return ""
+    return _LAYER_SAYS.get(layer, f"localize put the failure in {layer} (a backend before Inductor already fails)")
+
+
 def locate_failure(
     text: str, graphs: list[Graph], debug_dir: Path, case_id: str, stamp: str,
-    exit_code: int | None, signal_name: str | None,
+    exit_code: int | None, signal_name: str | None, *, accuracy: bool = False, layer: str | None = None,
 ) -> FailureLocation:
+    """Where the failure is: the graph, kernel and line a traceback or compiler error points at; for a wrong
+    result, the kernels that write the output that differs. `layer`: what localize found, if it ran."""
     exc_type, message, signature = _exception_of(text, exit_code, signal_name)
-    location = FailureLocation(exception_type=exc_type, message=_first_lines(message), signature=signature, how="")
+    location = FailureLocation(exception_type=exc_type, message=_first_lines(message), signature=signature,
+                               accuracy=accuracy, localized=layer, how="")
     from pt2_bug_basher.analysis.failure import parse as parse_traceback
 
     frames = parse_traceback(text, exit_code, signal_name).all_frames()
@@ -232,6 +255,8 @@ def locate_failure(
         hows.append("the traceback is in Inductor's compile of a graph and this is the last graph it started"
                     + (" (it has no output_code.py)" if graph.code is None
                        else " (every graph has output_code.py, so this is a guess)"))
+    if graph is None and kernel is None and accuracy:
+        graph, kernel, line = _accuracy_location(location, text, graphs, case_id, stamp, layer, hows)
     if graph is not None:
         location.graph = graph.name
     if kernel is not None and graph is not None:
@@ -248,7 +273,48 @@ def locate_failure(
     if location.phase is None and in_compile:
         location.phase = "compile"
     if not hows:
-        hows.append("no frame in generated code and no compiler error: the failure is not in a kernel "
-                    "Inductor generated (it may be in Dynamo, AOTAutograd or the user code)")
+        hows.append(_nowhere(accuracy, layer))
     location.how = "; ".join(hows)
     return location
+
+
+def _nowhere(accuracy: bool, layer: str | None) -> str:
+    """How to read a failure with no frame in generated code, no compiler error and no kernel found."""
+    if layer == "Inductor":
+        return (f"no frame in generated code and no compiler error, but {_localized(layer)}: the bug is in "
+                "Inductor's lowering, scheduling or codegen of these graphs; read their output_code.py and IR")
+    if layer is not None:
+        return f"no frame in generated code and no compiler error; {_localized(layer)}"
+    if accuracy:
+        return ("a wrong result, but no call in the generated wrappers writes a graph output (nothing was "
+                "generated, or the outputs alias the inputs); localize tells which layer computes it wrong")
+    return ("no frame in generated code and no compiler error: the failure is not in a kernel Inductor "
+            "generated (it may be in Dynamo, AOTAutograd or the user code; localize tells which)")
+
+
+def _accuracy_location(
+    location: FailureLocation, text: str, graphs: list[Graph], case_id: str, stamp: str, layer: str | None,
+    hows: list[str],
+) -> tuple[Graph | None, Kernel | None, int | None]:
+    """A wrong result: the kernels that write the graph output the assertion names (else every output)."""
+    item = mismatched_item(text)
+    location.mismatched_output = item
+    location.phase = "runtime"
+    found = output_kernels(graphs, item, case_id, stamp)
+    location.output_kernels = found
+    if not found:
+        return None, None, None
+    first = next((k for k in found if k.kind != "extern"), found[0])
+    graph = next(g for g in graphs if g.name == first.graph)
+    kernel = graph.code.kernel_named(first.name) if graph.code else None
+    named = any(k.role.endswith(NAMED_ITEM) for k in found)
+    which = f"output {item} (the item the assertion names)" if named else "the outputs"
+    writers = ", ".join(f"{k.name} [{', '.join(k.aten_ops) or 'ops unknown'}]" for k in found
+                        if k.role.startswith("writes"))
+    hows.append(f"a wrong result: {which} of graph {graph.name} is written by {writers}")
+    if layer is not None:
+        hows.append(_localized(layer) + ("" if layer == "Inductor" else ": the kernels compute that output, but "
+                                          "the wrong values are already there before Inductor"))
+    else:
+        hows.append("localize was not run: it tells whether only backend='inductor' computes it wrong")
+    return graph, kernel, first.line or first.call_line

@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field
 
 from pt2_bug_basher.analysis.guards import DynamoDecisions, has_guard_trees, logs_recompiles, summarise_guards
 from pt2_bug_basher.analysis.suspects import exception_suspects
+from pt2_bug_basher.analysis.torch_logs import LoggedKernel, logged_kernels
 from pt2_bug_basher.analysis.verdict import FailureSummary, RunOutcome, RunVerdict, Verdict, tail_lines
 from pt2_bug_basher.case.store import CaseRecord, Store
 from pt2_bug_basher.domain.errors import InvalidInput
@@ -74,6 +75,10 @@ class RunWithLogsResult(BaseModel):
     suspects: list[Suspect] = Field(default_factory=list, description=(
         "an exception raised inside torch: its innermost torch frames that are not compile plumbing, innermost "
         "first (file relative to the torch checkout)"))
+    kernels: list[LoggedKernel] = Field(default_factory=list, description=(
+        "the generated kernels (C++ cpp_fused_* or Triton triton_*) from the output_code log of the run shown, "
+        "with their source-node comment and code (bounded; the full log is the run's stderr)"))
+    kernels_left_out: list[str] = Field(default_factory=list, description="kernels whose code did not fit")
     trace: TraceSummary | None = None
     inductor_config: dict[str, object] = Field(default_factory=dict,
                                                description="Inductor config set before the script ran")
@@ -204,6 +209,7 @@ async def run_repro(
         result.tail = tail_lines(failing.stderr)
         if failing.classification.category != "accuracy":  # a mismatch is raised by the comparison
             result.suspects = exception_suspects(failing.stderr)
+    result.kernels, result.kernels_left_out = logged_kernels((failing or first).stderr)
     if differential:
         result.verdict = _verdict(result, script, deciding, compile_off, logged, layer)
     merged = logged[0].logs if logged else first.logs

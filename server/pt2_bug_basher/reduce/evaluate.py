@@ -11,10 +11,12 @@ child (the server's group and its descendants), and a candidate past its timeout
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import re
 import time
+import tokenize
 from pathlib import Path
 
 import anyio
@@ -65,13 +67,35 @@ class FreshEvaluator(Evaluator):
         return fake_result(f"candidate-{out_dir.name}", outcome, out_dir / "stdout.log", out_dir / "stderr.log")
 
 
-def fork_unsafe(code: str) -> bool:
-    """Code that runs on CUDA is evaluated in fresh processes, never forked ones.
+_CUDA_RE = re.compile(r"""\bcuda\b|type=['"]cuda['"]""")
 
-    Seen on an H200: forked trials of a CUDA graph drifted (PyTorch's minifier went 7 -> 2 nodes and
-    the result no longer failed) where fresh-process trials stayed on the failure (3 nodes, failing).
+
+def case_cuda_available(case: CaseRecord) -> bool | None:
+    """Whether the case's torch can use CUDA, as the environment probe found (None: not known)."""
+    found = (case.env.get("torch") or {}).get("cuda_available")
+    return found if isinstance(found, bool) else None
+
+
+def _without_comments(code: str) -> str:
+    """The code with its comments left out (a launcher's header says "torch cuda version: None")."""
+    try:
+        tokens = [t for t in tokenize.generate_tokens(io.StringIO(code).readline) if t.type != tokenize.COMMENT]
+        return tokenize.untokenize(tokens)
+    except (tokenize.TokenError, SyntaxError, ValueError):
+        return "\n".join(line.split("#", 1)[0] for line in code.splitlines())
+
+
+def fork_unsafe(code: str, *, cuda_available: bool | None) -> bool:
+    """Trials of code that runs on CUDA run in fresh processes: a process that initialised CUDA is never forked.
+
+    The code runs on CUDA when the case's torch can use CUDA at all (`cuda_available`, from the environment
+    probe; None when unknown) and its own code, comments left out, puts tensors on a CUDA device. Seen on
+    an H200: forked trials of a CUDA graph drifted (PyTorch's minifier went 7 -> 2 nodes and the result no
+    longer failed) where fresh-process trials stayed on the failure (3 nodes, failing).
     """
-    return re.search(r"""\bcuda\b|type=['"]cuda['"]""", code) is not None
+    if cuda_available is False:
+        return False
+    return _CUDA_RE.search(_without_comments(code)) is not None
 
 
 class ForkServerEvaluator(Evaluator):

@@ -24,7 +24,7 @@ import anyio
 from pt2_bug_basher.analysis.compare import RERUN_OR_ACCURACY, describe, run_failure, same_failure
 from pt2_bug_basher.case.store import CaseRecord, Store
 from pt2_bug_basher.execution.runs import execute
-from pt2_bug_basher.reduce.evaluate import ForkServerEvaluator, fork_unsafe
+from pt2_bug_basher.reduce.evaluate import ForkServerEvaluator, case_cuda_available, fork_unsafe
 from pt2_bug_basher.reduce.ladder import PROBES, Reference, run_timeout
 
 FX_DRIVER = PROBES / "fx_driver.py"
@@ -155,7 +155,7 @@ async def minify_fx(
                        f"{lines[-1] if lines else 'starting'}")
 
     forkserver: ForkServerEvaluator | None = None
-    on_gpu = fork_unsafe(launcher.read_text(errors="replace"))
+    on_gpu = fork_unsafe(launcher.read_text(errors="replace"), cuda_available=case_cuda_available(case))
     async with anyio.create_task_group() as group:
         if use_fork_server and after == "aot" and not on_gpu:
             forkserver = ForkServerEvaluator(store, case, {**ref.env, **launcher_env}, launcher_dir,

@@ -237,7 +237,7 @@ async def _fx(store, case, ref, script, after, budget_s, progress, work, result:
 
 
 async def _source(store, case, ref, script, budget_s, progress, work, result: MinifyResult, cwd) -> None:
-    from pt2_bug_basher.reduce.evaluate import ForkServerEvaluator, FreshEvaluator, fork_unsafe
+    from pt2_bug_basher.reduce.evaluate import ForkServerEvaluator, FreshEvaluator, case_cuda_available, fork_unsafe
     from pt2_bug_basher.reduce.source import SourceReducer, size_of
 
     started = time.monotonic()
@@ -253,7 +253,7 @@ async def _source(store, case, ref, script, budget_s, progress, work, result: Mi
     run_cwd = cwd or script.parent
     reduced: str | None = None
     async with anyio.create_task_group() as group:
-        if fork_unsafe(original):
+        if fork_unsafe(original, cuda_available=case_cuda_available(case)):
             result.notes.append("the repro uses CUDA: candidates run in fresh processes, not forked ones")
             evaluator: FreshEvaluator | ForkServerEvaluator = FreshEvaluator(case, ref.env)
         else:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pt2_bug_basher.artifacts.accuracy import NAMED_ITEM
 from pt2_bug_basher.artifacts.collect import CollectArtifactsResult, Target, carried_env, collect
+from pt2_bug_basher.artifacts.locate import FailureLocation
 from pt2_bug_basher.case.scripts import copy_note
 from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.case.store import CaseRecord
@@ -13,6 +15,7 @@ from pt2_bug_basher.domain.evidence import ArtifactsEvidence, ReproduceEvidence
 from pt2_bug_basher.domain.names import Step, ToolName
 from pt2_bug_basher.execution.repro import check_args
 from pt2_bug_basher.execution.runs import ProgressFn, check_env_additions, check_timeout
+from pt2_bug_basher.steps.reproduce import localized_layer
 
 
 async def collect_debug_artifacts(
@@ -26,14 +29,14 @@ async def collect_debug_artifacts(
     target = resolve_target(state, case, script, run_id, check_args(args) if args else None)
     result = await collect(
         state.store, case, target, trace=trace, env_add=check_env_additions(env),
-        timeout_s=check_timeout(timeout_s), progress=progress,
+        timeout_s=check_timeout(timeout_s), progress=progress, layer=localized_layer(state.store, case.case_id),
     )
     if target.note:
         result.notes.append(target.note)
     ok, summary, data = evidence_summary(result)
     state.store.add_evidence(case.case_id, Step.artifacts.value, ok, summary, data=data, run_id=result.run_id)
     result.recorded.append(Step.artifacts.value)
-    result.next_step = await next_step(state, result, ok)
+    result.next_step = await next_step(state, result, ok, reproduced=flow.is_complete(Step.reproduce))
     return result
 
 
@@ -114,7 +117,7 @@ def evidence_summary(result: CollectArtifactsResult) -> tuple[bool, str, Artifac
     return ok, summary[:500], data
 
 
-async def next_step(state: AppState, result: CollectArtifactsResult, ok: bool) -> str:
+async def next_step(state: AppState, result: CollectArtifactsResult, ok: bool, *, reproduced: bool = True) -> str:
     after = (await state.status(result.case_id)).next_step
     call = f'collect_debug_artifacts(case_id="{result.case_id}", run_id="{result.run_id}"'
     if not ok:
@@ -123,6 +126,8 @@ async def next_step(state: AppState, result: CollectArtifactsResult, ok: bool) -
                 f"({result.stderr}); for Dynamo/AOT failures use run_with_logs with a logs preset or {call}, "
                 "trace=True).")
     failure = result.failure
+    if failure is not None and failure.accuracy and failure.output_kernels:
+        return _accuracy_next_step(result, failure, after, reproduced)
     if failure is not None and (failure.kernel or failure.graph):
         where = f"kernel {failure.kernel} of graph {failure.graph}" if failure.kernel else f"graph {failure.graph}"
         graph_dir = next((g.dir_uri for g in result.graphs if g.name == failure.graph), None)
@@ -132,8 +137,42 @@ async def next_step(state: AppState, result: CollectArtifactsResult, ok: bool) -
         fx = f", compared with {graph_dir}fx_graph_transformed.py and ir_post_fusion.txt" if graph_dir else ""
         return (f"The failure ({failure.phase or 'unknown phase'}) is in {where}: read {read}{line}{nodes}{fx}. "
                 f"Find which lowering or codegen produced the wrong code. Then: {after}")
+    if failure is not None and failure.localized == "Inductor":
+        return (f"No traceback frame or compiler error points into generated code, but localize found only "
+                f"backend='inductor' failing ({failure.how}). Read the graphs ({result.index}): their "
+                f"output_code.py, fx_graph_transformed.py and ir_post_fusion.txt, and the stderr ({result.stderr}). "
+                f"Then: {after}")
     if failure is not None:
         return (f"The failure is not in generated code ({failure.how}). Read the graphs ({result.index}) to see "
                 f"what reached Inductor, and the stderr ({result.stderr}). Then: {after}")
     return (f"The run passed with TORCH_COMPILE_DEBUG ({result.exit}); the artifacts show the compiled code, but "
             "not the failure: check the script runs the failing configuration. Then: " + after)
+
+
+def _accuracy_next_step(result: CollectArtifactsResult, failure: FailureLocation, after: str, reproduced: bool) -> str:
+    """A wrong result: read the code of the kernels that write the output, against the ops they fuse."""
+    writers = [k for k in failure.output_kernels if k.role.startswith("writes")] or failure.output_kernels
+    first = writers[0]
+    graph_dir = next((g.dir_uri for g in result.graphs if g.name == first.graph), None)
+    item_named = any(k.role.endswith(NAMED_ITEM) for k in failure.output_kernels)
+    which = f"output {failure.mismatched_output}" if item_named else "the graph outputs"
+    named = "; ".join(f"{k.name} ({', '.join(k.aten_ops) or 'ops not recorded'})" for k in writers)
+    fed = [k.name for k in failure.output_kernels if k not in writers]
+    feeders = f", fed by {', '.join(fed)}" if fed else ""
+    beside = (f" and, in {graph_dir}, fx_graph_transformed.py (the post-grad graph) and ir_post_fusion.txt "
+              "(each kernel's loop body)") if graph_dir else ""
+    text = (f"A wrong result: {which} of graph {first.graph} is written by {named}{feeders}. Read {first.output_code} "
+            f"line {first.line or first.call_line} (excerpts in failure.output_kernels){beside}, and check each "
+            "line of the kernel against what its ops compute in eager. ")
+    if failure.localized == "Inductor":
+        text += "localize found only backend='inductor' wrong: find the lowering or codegen that emits the bad line. "
+    elif failure.localized:
+        text += (f"localize put the failure in {failure.localized}, before Inductor: the kernels only carry the wrong "
+                 "values; look at that layer's graph (collect_debug_artifacts with trace=True). ")
+    elif reproduced:
+        text += f'Confirm that only Inductor is wrong with localize(case_id="{result.case_id}"). '
+    else:
+        text += ("Confirm that only Inductor is wrong: reproduce it (run_with_logs(case_id="
+                 f'"{result.case_id}", script="{result.script}", repeat=2)), then '
+                 f'localize(case_id="{result.case_id}"). ')
+    return text + f"Then: {after}"

@@ -39,7 +39,8 @@ def register(mcp: MCPServer, state: AppState) -> None:
         the generated C++/Triton code, plus the Dynamo debug log and anything else. Each graph is
         summarised (node count, ops with counts, inputs with shapes/dtypes/strides, kernels with the
         FX nodes they compute); for a failure, the graph and kernel it happened in, from the
-        traceback's frame in generated code or the compiler's error. Every file is a resource
+        traceback's frame in generated code or the compiler's error; for a wrong result, the kernels
+        that write the graph output that differs, with their ops and code. Every file is a resource
         case://<case_id>/artifacts/<path>, read in pages (?page=N)."""
         return await artifacts.collect_debug_artifacts(state, case_id, script, run_id, args, trace, env, timeout_s,
                                                        progress=progress_reporter(ctx))

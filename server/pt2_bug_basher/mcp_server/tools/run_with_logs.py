@@ -38,11 +38,12 @@ def register(mcp: MCPServer, state: AppState) -> None:
         """Steps 2 and 6. Run the repro with the case's interpreter (repeat times, in parallel within
         the cores) and return a compact failure record: exception, innermost user and torch frames,
         a signature stable across runs, the category, graph breaks and recompiles parsed from the
-        logs, and the stderr lines that matter. Full logs are resources. With the guards or
-        recompiles log on (logs="guards,recompiles"), `dynamo` says what Dynamo compiled, whether
-        later calls recompiled, and the guards on each input. With repeat ≥ 2 and the same
-        signature every time, the reproduction step completes; with `logs` after the main check,
-        the logs step completes. where="main" runs it against the main-check worktree's sources
-        instead: recorded runs, compared with your reproduction, completing no step."""
+        logs, the generated kernels' code when the logs print output code, and the stderr lines that
+        matter. Full logs are resources. With the guards or recompiles log on
+        (logs="guards,recompiles"), `dynamo` says what Dynamo compiled, whether later calls
+        recompiled, and the guards on each input. With repeat ≥ 2 and the same signature every
+        time, the reproduction step completes; with `logs` after the main check, the logs step
+        completes. where="main" runs it against the main-check worktree's sources instead: recorded
+        runs, compared with your reproduction, completing no step."""
         return await reproduce.run_with_logs(state, case_id, script, args, logs, repeat, trace, env, cwd, timeout_s,
                                              where, progress=base.progress_reporter(ctx))
