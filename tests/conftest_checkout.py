@@ -32,9 +32,11 @@ class Mini:
     def store(self):
         return self.server.state.store  # type: ignore[attr-defined]
 
-    def new_case(self, torch_from_repo: bool = False, python: str = sys.executable) -> str:
-        case = self.store.create_case(str(self.repo), python, {"torch": {"imported_from_repo": torch_from_repo,
-                                                                         "version": "seeded"}})
+    def new_case(self, torch_from_repo: bool = False, python: str = sys.executable,
+                 torch_env: dict | None = None) -> str:
+        """A case as check_env opens it; torch_env adds to the seeded torch report (cuda_available, gpus, ...)."""
+        torch = {"imported_from_repo": torch_from_repo, "version": "seeded", **(torch_env or {})}
+        case = self.store.create_case(str(self.repo), python, {"torch": torch})
         self.store.add_evidence(case.case_id, "environment", True, f"seeded: {python}",
                                 data=EnvironmentEvidence(python=python))
         return case.case_id

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from mcp import Client
+from mcp.shared.exceptions import MCPError
 
 from pt2_bug_basher.case.config import ServerConfig
 from pt2_bug_basher.case.workflow import STEPS, TOOL_REQUIRES
@@ -67,15 +68,25 @@ async def test_skill_as_prompt_resource_and_tool(server, mode):
 async def test_check_env_reports_the_real_torch_of_a_real_venv(server, this_venv, torch_version):
     async with Client(server) as client:
         result = await client.call_tool("check_env", {"python": str(this_venv / "bin" / "python")})
-    data = result.structured_content
+        data = result.structured_content
+        # The TORCH_LOGS names are counted; the full list is a resource the server serves.
+        names = data["torch"]["torch_logs"]
+        assert names["resource"] == f"case://{data['case_id']}/torch-logs"
+        listed = json.loads((await client.read_resource(names["resource"])).contents[0].text)
+        with pytest.raises(MCPError, match="unknown case_id"):
+            await client.read_resource("case://case-nope/torch-logs")
     assert not result.is_error and data["ok"] is True
     assert data["torch"]["version"] == torch_version
     assert data["torch"]["git_version"]
     assert Path(data["torch"]["file"]).is_relative_to(this_venv)
     assert data["torch"]["imported_from_repo"] is False
     assert data["warnings"] and "not from the repository" in data["warnings"][0]
-    assert "graph_breaks" in data["torch"]["log_artifacts"]
-    assert "dynamo" in data["torch"]["log_components"]
+    assert "log_artifacts" not in data["torch"] and "log_components" not in data["torch"]
+    assert "graph_breaks" not in json.dumps(data)
+    assert listed["source"] == "registered by the case's torch" and listed["torch"] == torch_version
+    assert "graph_breaks" in listed["artifacts"] and "dynamo" in listed["components"]
+    assert (names["components"], names["artifacts"]) == (len(listed["components"]), len(listed["artifacts"]))
+    assert names["artifacts"] > 20 and listed["presets"]["graph_break"] == "graph_breaks"
     assert data["rule"] == "explicit python argument"
     assert data["case_id"].startswith("case-")
     assert "run_with_logs" in data["next_step"] and data["case_id"] in data["next_step"]

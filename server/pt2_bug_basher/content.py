@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pt2_bug_basher.domain.errors import NotFound
@@ -65,6 +66,28 @@ def category_playbook(category: str) -> tuple[dict[str, object], str]:
     return parse_frontmatter(prompt_file(f"categories/{category}.md"))
 
 
-def celebrations() -> list[str]:
-    text = prompt_file("celebrations.txt")
-    return [chunk.strip("\n") for chunk in text.split("\n%\n") if chunk.strip()]
+@dataclass(frozen=True)
+class Celebration:
+    text: str
+    fits: dict[str, frozenset[str]] = field(default_factory=dict)
+    """What a case must show for the line to fit: per fact (layer, device, category, ...), the values
+    any of which will do; empty: the line fits every case."""
+
+    def fits_case(self, facts: dict[str, set[str]]) -> bool:
+        return all(values & facts.get(key, set()) for key, values in self.fits.items())
+
+
+def celebrations() -> list[Celebration]:
+    """The entries of celebrations.txt; an entry may open with `@fits key=value[,value] ...`."""
+    out = []
+    for chunk in prompt_file("celebrations.txt").split("\n%\n"):
+        lines = chunk.strip("\n").splitlines()
+        fits: dict[str, frozenset[str]] = {}
+        if lines and lines[0].startswith("@fits "):
+            for term in lines.pop(0).split()[1:]:
+                key, _, values = term.partition("=")
+                fits[key] = frozenset(v for v in values.split(",") if v)
+        text = "\n".join(lines).strip("\n")
+        if text.strip():
+            out.append(Celebration(text, fits))
+    return out

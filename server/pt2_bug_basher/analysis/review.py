@@ -180,7 +180,7 @@ def findings(diff: Diff, repo_root: Path, test_file: str | None, test_method: st
     for change in diff.files:
         rel = change.path
         parts = Path(rel).parts
-        scratch = change.status == "untracked" and (len(parts) == 1 or parts[0] not in top_dirs)
+        scratch = _scratch(change, top_dirs)
         # Untracked scratch files (a repro at the top) are flagged as such below, not line by line.
         python = rel.endswith(".py") and not scratch
         for line_no, text in change.added:
@@ -222,6 +222,58 @@ def findings(diff: Diff, repo_root: Path, test_file: str | None, test_method: st
             f"the change is large ({count} files, {lines} lines): a fix should be the smallest change that is "
             "obviously correct; split out refactors")))
     return found
+
+
+def _scratch(change: FileChange, top_dirs: set[str]) -> bool:
+    parts = Path(change.path).parts
+    return change.status == "untracked" and (len(parts) == 1 or parts[0] not in top_dirs)
+
+
+def lint_targets(diff: Diff, repo_root: Path) -> dict[str, set[int]]:
+    """Python files of the change (untracked scratch files aside) -> the line numbers it adds there."""
+    top_dirs = _usual_top_dirs(repo_root)
+    return {c.path: {n for n, _ in c.added} for c in diff.files
+            if c.path.endswith(".py") and c.added and not c.binary and c.status != "deleted"
+            and not _scratch(c, top_dirs)}
+
+
+_TEST_DEF = re.compile(r"^\s*(?:async\s+)?def\s+(test\w*)\s*\(")
+
+
+def added_tests(diff: Diff, repo_root: Path) -> list[str]:
+    """`file::Class.test_name` (or `file::test_name`) of each test function the change adds to a test file."""
+    found: list[str] = []
+    for change in diff.files:
+        if not (change.path.endswith(".py") and is_test_path(change.path)) or change.status == "deleted":
+            continue
+        lines = {n: m.group(1) for n, text in change.added if (m := _TEST_DEF.match(text))}
+        if not lines:
+            continue
+        owners = _test_owners(repo_root / change.path)
+        for line_no, name in sorted(lines.items()):
+            found.append(f"{change.path}::{owners.get(line_no, name)}")
+    return list(dict.fromkeys(found))
+
+
+def _test_owners(path: Path) -> dict[int, str]:
+    """Line of each function definition -> its name qualified by the enclosing classes."""
+    import ast
+
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, SyntaxError, ValueError):
+        return {}
+    owners: dict[int, str] = {}
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                visit(child, f"{prefix}{child.name}.")
+            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                owners[child.lineno] = f"{prefix}{child.name}"
+
+    visit(tree, "")
+    return owners
 
 
 def _usual_top_dirs(root: Path) -> set[str]:

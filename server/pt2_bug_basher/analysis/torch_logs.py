@@ -63,6 +63,8 @@ PRESET_INDUCTOR_CONFIG: dict[str, dict[str, object]] = {
 }
 
 MAX_SPEC_CHARS = 2000
+# The resource that lists a case's TORCH_LOGS names (check_env gives counts and this address).
+NAMES_URI = "case://{case_id}/torch-logs"
 MAX_SPEC_ENTRIES = 64
 
 # Used only when the environment report could not list the names (the probe failed): torch 2.13.
@@ -86,7 +88,22 @@ _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MODULE_RE = re.compile(r"torch(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
 
 
-def resolve_logs(spec_or_preset: str, components: list[str], artifacts: list[str]) -> str:
+def log_names(components: list[str], artifacts: list[str]) -> dict[str, object]:
+    """The names a spec may use, as the torch-logs resource lists them."""
+    own = bool(components or artifacts)
+    return {
+        "source": "registered by the case's torch" if own else
+                  "torch 2.13's names (the case's torch did not list its own)",
+        "components": sorted(components or _FALLBACK_COMPONENTS),
+        "artifacts": sorted(artifacts or _FALLBACK_ARTIFACTS),
+        "presets": dict(sorted(PRESETS.items())),
+        "spec": "comma-separated components, artifacts, 'all' or modules under torch (torch._dynamo); + before a "
+                "name logs at DEBUG, - at ERROR only. Pass a preset or a spec as run_with_logs(logs=...).",
+    }
+
+
+def resolve_logs(spec_or_preset: str, components: list[str], artifacts: list[str],
+                 names_at: str = NAMES_URI) -> str:
     """A preset name -> its TORCH_LOGS spec; otherwise the spec itself, validated and normalised.
 
     A spec is a comma-separated list of entries, each optionally prefixed by ``+`` (DEBUG) or ``-``
@@ -94,7 +111,8 @@ def resolve_logs(spec_or_preset: str, components: list[str], artifacts: list[str
     ``output_code``, ...), ``all``, or a module name under torch (``torch._dynamo``,
     ``+torch._inductor.codecache``).  ``components``/``artifacts`` are the names the case's torch
     registers (from the environment report); when both are empty, torch 2.13's names are used.
-    Raises InvalidInput naming every unknown entry with its close matches, and the presets.
+    Raises InvalidInput naming every unknown entry with its close matches, and the presets;
+    ``names_at`` is the resource that lists every name.
     """
     if not isinstance(spec_or_preset, str):
         raise InvalidInput("logs must be a string (a preset or a TORCH_LOGS spec), "
@@ -112,7 +130,7 @@ def resolve_logs(spec_or_preset: str, components: list[str], artifacts: list[str
                            "use a comma-separated list of names.")
     if raw in ("help", "+help"):
         raise InvalidInput(f"TORCH_LOGS={raw} only prints torch's help and exits; pick a preset ({_preset_list()}) "
-                           "or names from the environment report's log_components / log_artifacts.")
+                           f"or names from the resource {names_at}.")
     entries = raw.split(",")
     if len(entries) > MAX_SPEC_ENTRIES:
         raise InvalidInput(f"logs spec has {len(entries)} entries; at most {MAX_SPEC_ENTRIES} are accepted.")
@@ -157,7 +175,7 @@ def resolve_logs(spec_or_preset: str, components: list[str], artifacts: list[str
         raise InvalidInput(
             "Invalid TORCH_LOGS spec " + repr(raw) + ": " + "; ".join(problems) + ". "
             f"Presets: {_preset_list()}. Otherwise use log components ({', '.join(sorted(comps))}), "
-            "artifacts listed in the environment report (log_artifacts), 'all', or a module such as "
+            f"artifacts (all of them: the resource {names_at}), 'all', or a module such as "
             "torch._dynamo, each optionally prefixed by + (debug) or - (errors only)."
         )
     return ",".join(out)

@@ -92,7 +92,7 @@ def format_env_report(result: Any) -> str:
             lines.append(f"GPU {gpu.index}       : {gpu.name}, compute capability {gpu.capability}, "
                          f"{gpu.memory_gib} GiB")
         lines.append(f"Triton      : {t.triton_version or 'not installed'}")
-        lines.append(f"TORCH_LOGS  : {len(t.log_components)} components, {len(t.log_artifacts)} artifacts")
+        lines.append(f"TORCH_LOGS  : {t.torch_logs.components} components, {t.torch_logs.artifacts} artifacts")
     else:
         lines.append(f"torch       : cannot be imported: {result.import_error}")
     for warning in result.warnings:

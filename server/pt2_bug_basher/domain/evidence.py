@@ -148,6 +148,9 @@ class ReviewEvidence(EvidencePayload):
     files: list[FileStatRecord] = Field(default_factory=list)
     lines_changed: int = 0
     findings: list[FindingRecord] = Field(default_factory=list)
+    tests_added: list[str] = Field(default_factory=list, description="test functions the change adds")
+    linter: str | None = None
+    lint_status: str | None = None
 
 
 class CelebrateEvidence(EvidencePayload):

@@ -28,7 +28,7 @@ class GpuInfo(BaseModel):
     memory_gib: float
 
 
-class TorchInfo(BaseModel):
+class TorchBasics(BaseModel):
     version: str
     git_version: str | None = None
     file: str
@@ -38,21 +38,29 @@ class TorchInfo(BaseModel):
     cuda_version: str | None = None
     gpus: list[GpuInfo] = Field(default_factory=list)
     triton_version: str | None = None
+
+
+class TorchInfo(TorchBasics):
+    """What the probe found, kept with the case (the TORCH_LOGS names validate run_with_logs specs)."""
+
     log_components: list[str] = Field(default_factory=list, description="TORCH_LOGS component names")
     log_artifacts: list[str] = Field(default_factory=list, description="TORCH_LOGS artifact names")
 
 
-class EnvReport(BaseModel):
+class EnvFacts(BaseModel):
     ok: bool
     python: str = Field(description="the interpreter that will run every repro and test of the case")
     python_version: str | None = None
     rule: str = Field(description="which rule chose the interpreter")
     active_env: str | None = Field(None, description="the environment active in the server's process, if any")
     repo: str
-    torch: TorchInfo | None = None
     import_error: str | None = None
     warnings: list[str] = Field(default_factory=list)
     ask_user: str | None = Field(None, description="a question the agent must put to the user before going on")
+
+
+class EnvReport(EnvFacts):
+    torch: TorchInfo | None = None
 
 
 @dataclass(frozen=True)

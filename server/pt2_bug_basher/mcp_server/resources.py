@@ -1,4 +1,5 @@
-"""The server's resources: the skill, and each case's status, reports, runs, artifacts and reduced repros."""
+"""The server's resources: the skill, and each case's status, reports, TORCH_LOGS names, runs, artifacts and
+reduced repros."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import anyio
 from mcp.server import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
 
+from pt2_bug_basher.analysis.torch_logs import NAMES_URI, log_names
 from pt2_bug_basher.artifacts.index import resolve_artifact
 from pt2_bug_basher.case.pages import read_page
 from pt2_bug_basher.case.state import AppState
@@ -44,6 +46,19 @@ def register_resources(mcp: MCPServer, state: AppState) -> None:
                   description="The case report as a self-contained HTML page (inline CSS and SVG, no scripts)")
     async def case_report_html(case_id: str) -> str:
         return await _report(state, case_id, "html")
+
+    @mcp.resource(NAMES_URI, name="torch-logs", mime_type="application/json",
+                  description="The TORCH_LOGS names the case's torch registers (components and artifacts), and "
+                              "the presets run_with_logs takes")
+    def torch_log_names(case_id: str) -> str:
+        try:
+            case = state.store.get_case(case_id)
+        except NotFound as exc:
+            raise ResourceNotFoundError(str(exc)) from exc
+        torch = case.env.get("torch") if isinstance(case.env, dict) else None
+        torch = torch if isinstance(torch, dict) else {}
+        names = log_names(_names(torch.get("log_components")), _names(torch.get("log_artifacts")))
+        return json.dumps({"case_id": case_id, "torch": torch.get("version"), **names}, indent=2)
 
     @mcp.resource("case://{case_id}/runs/{run_id}/{stream}{?page}", name="run-log", mime_type="text/plain",
                   description="A run's full stdout or stderr, in pages of 64 KiB (?page=N, from 1)")
@@ -91,6 +106,10 @@ def register_resources(mcp: MCPServer, state: AppState) -> None:
             return minified_file(state.store, case_id, name).read_text(errors="replace")
         except NotFound as exc:
             raise ResourceNotFoundError(str(exc)) from exc
+
+
+def _names(value: object) -> list[str]:
+    return [str(v) for v in value] if isinstance(value, list) else []
 
 
 async def _report(state: AppState, case_id: str, form: str) -> str:

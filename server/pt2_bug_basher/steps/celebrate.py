@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import json
+import re
 import secrets
 
 import anyio
 from pydantic import BaseModel, Field
 
-from pt2_bug_basher.analysis.review import FileStat
+from pt2_bug_basher.analysis.failure_text import summarise_failure
+from pt2_bug_basher.analysis.review import FileStat, is_test_path
 from pt2_bug_basher.case.state import AppState
-from pt2_bug_basher.case.workflow import Waiver
+from pt2_bug_basher.case.workflow import Waiver, Workflow
 from pt2_bug_basher.domain.errors import InvalidInput
 from pt2_bug_basher.domain.evidence import (
     CelebrateEvidence,
+    ClassifyEvidence,
     MainCheckEvidence,
+    ReduceEvidence,
+    ReproduceEvidence,
     ReviewEvidence,
     TestEvidence,
     VerifyEvidence,
@@ -22,7 +27,14 @@ from pt2_bug_basher.domain.evidence import (
 from pt2_bug_basher.domain.names import Step, ToolName
 
 ROTATION_KEY = "celebrations:recent"
-FALLBACK = ["Bug fixed, test green, review clean. Well done."]
+FALLBACK = "Bug fixed, test green, review clean. Well done."
+# Where a fix lives, by the torch sources it changes (the `layer` a celebration may need).
+SOURCE_LAYERS = (("torch/_dynamo/", "dynamo"), ("torch/_functorch/", "aot"), ("torch/_decomp/", "aot"),
+                 ("torch/_refs/", "aot"), ("torch/_prims/", "aot"), ("torch/_inductor/", "inductor"))
+LOCALIZED_LAYERS = {"Dynamo": "dynamo", "AOTAutograd": "aot", "decompositions": "aot", "Inductor": "inductor"}
+CATEGORY_LAYERS = {"graph_break": "dynamo", "recompile": "dynamo", "dynamo_internal": "dynamo", "triton": "inductor"}
+# Review findings about the state of the working tree rather than the change itself.
+WORKTREE_KINDS = {"untracked"}
 
 
 class TestOutcomeLine(BaseModel):
@@ -37,11 +49,17 @@ class CelebrateResult(BaseModel):
     diff_stat: list[FileStat] = Field(description="what changed, per file")
     lines_changed: int
     test_added: str = Field(description="the registered test: it failed before the fix, on your tree and on main")
-    failed_before: str = Field(description="how the test failed before the fix")
+    tests_added: list[str] = Field(default_factory=list, description="every test the case registered or the "
+                                                                     "change adds, the registered one first")
+    failed_before: str = Field(description="how the registered test failed before the fix (the exception's first "
+                                           "line)")
+    rerun_command: str | None = Field(None, description="PyTorch's command to run the registered test alone")
     tests_verified: list[TestOutcomeLine] = Field(description="the tests of the verification run, with outcomes")
-    review_warnings: list[str] = Field(default_factory=list)
+    review_warnings: list[str] = Field(default_factory=list, description="review notes on the change")
+    worktree_warnings: list[str] = Field(default_factory=list, description="the working tree's state (untracked "
+                                                                           "files): tidy it before the PR")
     waivers: list[Waiver]
-    celebration: str
+    celebration: str = Field(description="for the user; not part of the summary")
     summary: str = Field(description="the whole summary as Markdown, ready for a PR description")
     next_step: str
 
@@ -63,16 +81,27 @@ async def celebrate(state: AppState, case_id: str, root_cause: str, fix_summary:
     stats = [FileStat(path=s.path, status=s.status or "modified", added=s.added or 0, removed=s.removed or 0)
              for s in review_data.files]
     tests = [TestOutcomeLine(node_id=t.node_id, outcome=t.outcome) for t in verify_data.tests][:50]
-    warnings = [f.text for f in review_data.findings if f.severity == "warning"][:10]
-    failed_before = (f"{test_data.exception_type or 'failure'} ({test_data.category}): "
-                     f"{(test_data.message or '')[:300]}") if test_data else "the test step was waived"
-    line = _next_celebration(state)
+    untracked = {s.path for s in stats if s.status == "untracked"}
+    warnings = [f for f in review_data.findings if f.severity == "warning"]
+    on_tree = [f.text for f in warnings if f.kind in WORKTREE_KINDS or (f.file and f.file in untracked)]
+    on_change = [f.text for f in warnings if f.text not in on_tree]
+    failure = summarise_failure(test_data.message, test_data.exception_type) if test_data else None
+    registered = f"{test_data.test_file}::{test_data.test_name}" if test_data else "(waived)"
+    added = [registered] if test_data else []
+    for record in state.store.evidence(case_id, Step.test.value):
+        earlier = record.payload(TestEvidence)
+        name = f"{earlier.test_file}::{earlier.test_name}"
+        # A test registered earlier counts while the change still adds it.
+        if record.ok and (not review_data.tests_added or name in review_data.tests_added):
+            added.append(name)
+    added += review_data.tests_added
+    line = _next_celebration(state, case_facts(flow, review_data))
     result = CelebrateResult(
         case_id=case_id, root_cause=root_cause, fix_summary=fix_summary, diff_stat=stats,
-        lines_changed=review_data.lines_changed,
-        test_added=f"{test_data.test_file}::{test_data.test_name}" if test_data else "(waived)",
-        failed_before=failed_before, tests_verified=tests, review_warnings=warnings, waivers=status.waivers,
-        celebration=line, summary="", next_step="",
+        lines_changed=review_data.lines_changed, test_added=registered, tests_added=list(dict.fromkeys(added)),
+        failed_before=failure.headline if failure else "the test step was waived",
+        rerun_command=failure.rerun if failure else None, tests_verified=tests, review_warnings=on_change[:10],
+        worktree_warnings=on_tree[:10], waivers=status.waivers, celebration=line, summary="", next_step="",
     )
     result.summary = _markdown(result)
     state.store.add_evidence(case_id, Step.celebrate.value, True, f"celebrated: {root_cause[:200]}",
@@ -80,45 +109,95 @@ async def celebrate(state: AppState, case_id: str, root_cause: str, fix_summary:
                                                                  celebration=line))
     main_check = flow.latest(Step.main_check)
     main_ref = main_check.payload(MainCheckEvidence).ref if main_check else "main"
-    result.next_step = ("Done. Share the summary with the user; it doubles as the PR description. Remove the "
-                        f'worktree when you no longer need it: make_worktree(case_id="{case_id}", action="remove", '
-                        f'ref="{main_ref}")')
+    tidy = (f"Before opening the PR, tidy the working tree (worktree_warnings): {', '.join(sorted(untracked))} "
+            "is untracked; commit what belongs to the fix and delete the rest. " if untracked else "")
+    result.next_step = (f"Done. Share the celebration and the summary with the user; the summary doubles as the PR "
+                        f"description. {tidy}Remove the worktree when you no longer need it: "
+                        f'make_worktree(case_id="{case_id}", action="remove", ref="{main_ref}")')
     return result
 
 
-def _next_celebration(state: AppState) -> str:
+def case_facts(flow: Workflow, review: ReviewEvidence) -> dict[str, set[str]]:
+    """What the case shows, for picking a celebration that fits it (see prompts/README.md)."""
+    facts: dict[str, set[str]] = {}
+    torch = flow.case.env.get("torch") if isinstance(flow.case.env, dict) else None
+    if isinstance(torch, dict) and "cuda_available" in torch:
+        facts["device"] = {"gpu" if torch.get("cuda_available") and torch.get("gpus") else "cpu"}
+    classified = flow.latest_ok(Step.classify)
+    reproduced = flow.latest_ok(Step.reproduce)
+    category = (classified.payload(ClassifyEvidence).category if classified else None) or (
+        reproduced.payload(ReproduceEvidence).category if reproduced else None)
+    if category:
+        facts["category"] = {category}
+    changed = [f.path for f in review.files if f.status != "untracked" and not is_test_path(f.path)]
+    layers = {layer for path in changed for prefix, layer in SOURCE_LAYERS if path.startswith(prefix)}
+    if not layers:
+        localized = flow.store.localization(flow.case.case_id)
+        layer = LOCALIZED_LAYERS.get(localized.layer or "") if localized else None
+        layers = {layer} if layer else ({CATEGORY_LAYERS[category]} if category in CATEGORY_LAYERS else set())
+    if layers:
+        facts["layer"] = layers
+    reduced = flow.latest_ok(Step.reduce)
+    if reduced is not None and (mode := reduced.payload(ReduceEvidence).mode):
+        facts["reduced"] = {mode}
+    if flow.latest_ok(Step.main_check) is not None:
+        facts["main"] = {"failed"}
+    return facts
+
+
+def _next_celebration(state: AppState, facts: dict[str, set[str]]) -> str:
     try:
         from pt2_bug_basher.content import celebrations
 
-        lines = celebrations() or FALLBACK
+        entries = celebrations()
     except Exception:  # no prompt texts in this installation
-        lines = FALLBACK
+        entries = []
+    fitting = [i for i, entry in enumerate(entries) if entry.fits_case(facts)]
+    if not fitting:
+        return FALLBACK
     try:
         recent = json.loads(state.store.get_kv(ROTATION_KEY) or "[]")
     except ValueError:
         recent = []
-    keep = max(0, min(len(lines) - 1, len(lines) // 2))
-    fresh = [i for i in range(len(lines)) if i not in recent[-keep:]] if keep else list(range(len(lines)))
+    keep = max(0, min(len(fitting) - 1, len(fitting) // 2))
+    fresh = [i for i in fitting if i not in recent[-keep:]] if keep else fitting
     index = fresh[secrets.randbelow(len(fresh))]
-    state.store.set_kv(ROTATION_KEY, json.dumps((recent + [index])[-max(keep, 1):]))
-    return lines[index]
+    state.store.set_kv(ROTATION_KEY, json.dumps((recent + [index])[-max(len(entries) // 2, 1):]))
+    return entries[index].text
+
+
+def _code(text: str) -> str:
+    """text as a Markdown code span, whatever backticks it holds."""
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def _markdown(r: CelebrateResult) -> str:
     out = ["## Root cause", r.root_cause, "", "## The fix", r.fix_summary, ""]
-    if r.diff_stat:
-        out.append(f"Changed ({r.lines_changed} lines):")
-        out.extend(f"- `{s.path}` (+{s.added} -{s.removed}{', ' + s.status if s.status != 'modified' else ''})"
-                   for s in r.diff_stat)
+    changed = [s for s in r.diff_stat if s.status != "untracked"]  # untracked files are not in the change yet
+    if changed:
+        out.append(f"Changed ({sum(s.added + s.removed for s in changed)} lines):")
+        out.extend(f"- {_code(s.path)} (+{s.added} -{s.removed}{', ' + s.status if s.status != 'modified' else ''})"
+                   for s in changed)
         out.append("")
-    out += ["## Tests", f"- Added `{r.test_added}`; before the fix it failed with {r.failed_before}"]
+    out.append("## Tests")
+    if not r.tests_added:
+        out.append("- No test registered (the test step was waived)")
+    for node in r.tests_added:
+        if node == r.test_added:
+            out.append(f"- Added {_code(node)}; before the fix it failed with {_code(r.failed_before)}")
+            if r.rerun_command:
+                out.append(f"  - run it alone: {_code(r.rerun_command)}")
+        else:
+            out.append(f"- Added {_code(node)}")
     passed = [t for t in r.tests_verified if t.outcome == "passed"]
     others = [t for t in r.tests_verified if t.outcome != "passed"]
     out.append(f"- Verified on the final code: {len(passed)} passed" + (f", {len(others)} other" if others else ""))
-    out.extend(f"  - `{t.node_id}`: {t.outcome}" for t in r.tests_verified[:20])
+    out.extend(f"  - {_code(t.node_id)}: {t.outcome}" for t in r.tests_verified[:20])
     if r.waivers:
-        out += ["", "## Waived steps"] + [f"- {w.step.value}: {w.reason}" for w in r.waivers]
+        out += ["", "## Waived steps"] + [f"- {w.step.value}: {' '.join(w.reason.split())}" for w in r.waivers]
     if r.review_warnings:
-        out += ["", "## Review notes"] + [f"- {w}" for w in r.review_warnings]
-    out += ["", "```", r.celebration, "```"]
+        out += ["", "## Review notes"] + [f"- {' '.join(w.split())}" for w in r.review_warnings]
     return "\n".join(out)

@@ -9,6 +9,7 @@ from pathlib import Path
 import anyio
 from pydantic import BaseModel, Field
 
+from pt2_bug_basher.analysis.torch_logs import NAMES_URI
 from pt2_bug_basher.case.paths import confine
 from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.case.store import Store
@@ -17,7 +18,9 @@ from pt2_bug_basher.domain.evidence import EnvironmentEvidence
 from pt2_bug_basher.domain.names import Step
 from pt2_bug_basher.execution.environment import (
     DEFAULT_PROBE_TIMEOUT_S,
+    EnvFacts,
     EnvReport,
+    TorchBasics,
     active_environment,
     probe,
     resolve_interpreter,
@@ -34,9 +37,32 @@ AskEnvironment = Callable[[], Awaitable[EnvironmentChoice | None]]
 """Asks the user which environment reproduces the failure; None when there is no answer."""
 
 
-class CheckEnvResult(EnvReport):
+class TorchLogNames(BaseModel):
+    components: int = Field(description="how many TORCH_LOGS components this torch registers")
+    artifacts: int = Field(description="how many TORCH_LOGS artifacts this torch registers")
+    resource: str | None = Field(None, description="the resource listing every name and the presets "
+                                                   "(read it with resources/read)")
+
+
+class TorchSummary(TorchBasics):
+    torch_logs: TorchLogNames
+
+
+class CheckEnvResult(EnvFacts):
+    torch: TorchSummary | None = None
     case_id: str | None = Field(None, description="the new case; every stateful tool takes it")
     next_step: str
+
+
+def _result(report: EnvReport, case_id: str | None, next_step: str) -> CheckEnvResult:
+    """The report for the agent: the TORCH_LOGS names counted, with the resource that lists them."""
+    torch = None
+    if report.torch is not None:
+        t = report.torch
+        torch = TorchSummary(**t.model_dump(exclude={"log_components", "log_artifacts"}), torch_logs=TorchLogNames(
+            components=len(t.log_components), artifacts=len(t.log_artifacts),
+            resource=NAMES_URI.format(case_id=case_id) if case_id else None))
+    return CheckEnvResult(**report.model_dump(exclude={"torch"}), torch=torch, case_id=case_id, next_step=next_step)
 
 
 def needs_asking(conda_env: str | None, python: str | None) -> bool:
@@ -78,13 +104,10 @@ async def start_case(
     scratch.mkdir(parents=True, exist_ok=True)
     report = await probe(interp, repo, scratch, timeout_s)
     if not report.ok or report.torch is None:
-        return CheckEnvResult(
-            **report.model_dump(),
-            next_step=(
-                "torch cannot be imported in this interpreter. Fix the environment (or ask the user which "
-                "one to use) and call check_env again with conda_env=NAME or python=PATH."
-            ),
-        )
+        return _result(report, None, (
+            "torch cannot be imported in this interpreter. Fix the environment (or ask the user which "
+            "one to use) and call check_env again with conda_env=NAME or python=PATH."
+        ))
     case = store.create_case(str(repo), report.python, report.model_dump())
     summary = f"torch {report.torch.version} imports in {report.python} ({report.rule})"
     store.add_evidence(case.case_id, Step.environment.value, True, summary,
@@ -94,4 +117,4 @@ async def start_case(
     )
     if report.ask_user:
         next_step = f"First ask the user: {report.ask_user} Then: {next_step}"
-    return CheckEnvResult(**report.model_dump(), case_id=case.case_id, next_step=next_step)
+    return _result(report, case.case_id, next_step)

@@ -25,10 +25,11 @@ def resolve(case: CaseRecord, logs: str | None, env_add: dict[str, str]) -> Logs
     """What `logs` asks for: a TORCH_LOGS spec, or a preset that also sets what its category's diagnosis needs."""
     if not logs:
         return LogsRequest(env=env_add)
-    from pt2_bug_basher.analysis.torch_logs import PRESET_ENV, PRESET_INDUCTOR_CONFIG, resolve_logs
+    from pt2_bug_basher.analysis.torch_logs import NAMES_URI, PRESET_ENV, PRESET_INDUCTOR_CONFIG, resolve_logs
 
     torch_info = case.env.get("torch") or {}
-    spec = resolve_logs(logs, torch_info.get("log_components", []), torch_info.get("log_artifacts", []))
+    spec = resolve_logs(logs, torch_info.get("log_components", []), torch_info.get("log_artifacts", []),
+                        names_at=NAMES_URI.format(case_id=case.case_id))
     return LogsRequest(spec=spec, env={**PRESET_ENV.get(logs, {}), **env_add},
                        inductor_config=dict(PRESET_INDUCTOR_CONFIG.get(logs, {})))
 

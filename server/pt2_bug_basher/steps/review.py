@@ -11,6 +11,7 @@ from pt2_bug_basher.analysis.review import FileStat, Finding
 from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.domain.evidence import FileStatRecord, FindingRecord, MainCheckEvidence, ReviewEvidence
 from pt2_bug_basher.domain.names import Step, ToolName
+from pt2_bug_basher.execution.lint import LintReport, lint_changed_lines
 from pt2_bug_basher.steps._registered import registered_test
 
 MAX_DIFF_CHARS = 12000
@@ -26,7 +27,10 @@ class ReviewResult(BaseModel):
     base: str = Field(description="the merge base with main the diff is taken against")
     files: list[FileStat]
     lines_changed: int
-    findings: list[Finding] = Field(description="what the server found itself; blocking ones must be fixed")
+    findings: list[Finding] = Field(description="what the server found itself (lint findings on changed lines "
+                                                "included); blocking ones must be fixed")
+    lint: LintReport = Field(description="the checkout's linter (ruff, else flake8) on the changed lines")
+    tests_added: list[str] = Field(default_factory=list, description="test functions the change adds")
     checklist: str = Field(description="the self-review checklist: apply every item to the diff")
     diff: str = Field(description=f"the diff (first {MAX_DIFF_CHARS} characters)")
     diff_truncated: bool = False
@@ -49,9 +53,12 @@ async def review_changes(state: AppState, case_id: str) -> ReviewResult:
         tree = flow.tree_hash
         diff = review.diff_against(repo, main_ref)
         found = review.findings(diff, repo, test.test_file, test.method)
-        return tree, diff, found
+        return tree, diff, found, review.lint_targets(diff, repo), review.added_tests(diff, repo)
 
-    tree, diff, found = await anyio.to_thread.run_sync(work)
+    tree, diff, found, targets, tests_added = await anyio.to_thread.run_sync(work)
+    lint = await lint_changed_lines(state.store, case, repo, targets, ToolName.review_changes.value)
+    found += [Finding(severity="warning", kind="lint", file=f.file, line=f.line,
+                      text=f"{lint.linter} {f.code} at {f.where}: {f.message}") for f in lint.on_changed_lines]
     blocking = [f for f in found if f.severity == "blocking"]
     stats = review.diff_stat(diff)
     ok = not blocking
@@ -63,7 +70,8 @@ async def review_changes(state: AppState, case_id: str) -> ReviewResult:
         data=ReviewEvidence(base=diff.base_commit, main_ref=main_ref,
                             files=[FileStatRecord(**s.model_dump()) for s in stats],
                             lines_changed=diff.lines_changed,
-                            findings=[FindingRecord(**f.model_dump()) for f in found]),
+                            findings=[FindingRecord(**f.model_dump()) for f in found], tests_added=tests_added,
+                            linter=lint.linter, lint_status=lint.status),
     )
     try:
         from pt2_bug_basher.content import prompt_file
@@ -72,7 +80,10 @@ async def review_changes(state: AppState, case_id: str) -> ReviewResult:
     except Exception:  # an installation without the prompt texts still reviews
         checklist = FALLBACK_CHECKLIST
     if ok:
-        next_step = (f"Apply the checklist to the diff; fix anything it turns up (then run_tests and review again). "
+        lint_first = (f"Fix the {len(lint.on_changed_lines)} lint findings on changed lines (first at "
+                      f"{lint.on_changed_lines[0].where}). " if lint.on_changed_lines else "")
+        next_step = (f"{lint_first}Apply the checklist to the diff; fix anything it turns up (then run_tests and "
+                     "review again). "
                      f'When all holds: celebrate(case_id="{case_id}", root_cause="...", fix_summary="...")')
     else:
         first = blocking[0]
@@ -82,6 +93,6 @@ async def review_changes(state: AppState, case_id: str) -> ReviewResult:
                      f"run_nearby=true) and review_changes(case_id=\"{case_id}\") again.")
     return ReviewResult(
         ok=ok, base=f"{main_ref} @ {diff.base_commit[:12]}", files=stats, lines_changed=diff.lines_changed,
-        findings=found, checklist=checklist, diff=diff.text[:MAX_DIFF_CHARS],
+        findings=found, lint=lint, tests_added=tests_added, checklist=checklist, diff=diff.text[:MAX_DIFF_CHARS],
         diff_truncated=len(diff.text) > MAX_DIFF_CHARS, recorded=True, next_step=next_step,
     )

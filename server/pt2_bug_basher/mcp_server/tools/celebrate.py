@@ -23,7 +23,8 @@ def register(mcp: MCPServer, state: AppState) -> None:
         fix_summary: Annotated[str, Field(description="what the fix changes and why", max_length=4000)],
     ) -> CelebrateResult:
         """Step 13. Only once verification and review both hold for the current state of the code.
-        Returns the case's summary — root cause, what changed (diff stat) and why, the test added and
-        the tests verified with their outcomes, any waivers — as structure and as Markdown for a PR
-        description, with a celebration."""
+        Returns the case's summary — root cause, what changed (diff stat) and why, every test added
+        (the registered one with its failure before the fix), the tests verified with their outcomes,
+        review notes, any waivers — as structure and as Markdown ready for a PR description; apart from
+        it, warnings about the working tree (untracked files) and a celebration that fits the case."""
         return await step.celebrate(state, case_id, root_cause, fix_summary)

@@ -32,7 +32,8 @@ def register(mcp: MCPServer, state: AppState) -> None:
     ) -> CheckEnvResult:
         """Step 1. Find the interpreter (explicit python, else the named conda env, else the active env,
         else the server's own), import torch there in a subprocess, and report its version, git
-        version, location (is it a develop build of `repo`?), CUDA/GPU, Triton and the TORCH_LOGS
-        names it registers. On success opens a case and returns its case_id."""
+        version, location (is it a develop build of `repo`?), CUDA/GPU, Triton and how many TORCH_LOGS
+        names it registers (listed by the resource case://<case_id>/torch-logs). On success opens a
+        case and returns its case_id."""
         return await environment.check_env(state, conda_env, python, repo, ask=answered(choice),
                                            progress=progress_reporter(ctx))

@@ -24,6 +24,8 @@ def register(mcp: MCPServer, state: AppState) -> None:
         and untracked files), with findings the server checks itself — leftover print(/breakpoint()/
         pdb in changed non-test source lines (blocking), the registered test missing from the diff
         (blocking), conflict markers (blocking), files outside the usual places, untracked files,
-        config changes, very large diffs (warnings) — and the self-review checklist to apply. With
-        no blocking finding the review step completes for the current state of the code."""
+        config changes, very large diffs (warnings) — the checkout's linter (ruff, else flake8, when
+        the case's interpreter has one) on the changed lines, with file:line (warnings), the tests the
+        change adds, and the self-review checklist to apply. With no blocking finding the review step
+        completes for the current state of the code."""
         return await review.review_changes(state, case_id)
