@@ -25,6 +25,8 @@ class PlantedBug:
     guilty: str
     """the function (qualified name) that holds the planted line"""
     what: str
+    commit_message: str = "Refactor"
+    """what the planting commit says: as an ordinary commit would, never what it breaks"""
 
 
 DYNAMO_GUARD_REPRO = '''\
@@ -62,7 +64,8 @@ if __name__ == "__main__":
 
 PLANTED: dict[str, PlantedBug] = {
     "inductor_lowering": PlantedBug(
-        name="inductor_lowering", file="torch/_inductor/lowering.py",
+        name="inductor_lowering", commit_message="Inductor: skip a multiply in pow_recursive for small exponents",
+        file="torch/_inductor/lowering.py",
         old="    if (y % 2) == 1:\n        result = ops.mul(result, x)\n",
         new="    if (y % 2) == 1 and y > 3:\n        result = ops.mul(result, x)\n",
         repro=_compared("def f(x):\n    return torch.pow(x, 3) + 1\n",
@@ -70,7 +73,8 @@ PLANTED: dict[str, PlantedBug] = {
         layer="Inductor", guilty="pow_recursive",
         what="integer powers drop the last multiply for odd exponents up to 3 (x**3 computes x**2)"),
     "decomposition": PlantedBug(
-        name="decomposition", file="torch/_decomp/decompositions.py",
+        name="decomposition", commit_message="Decompositions: tidy hardsigmoid",
+        file="torch/_decomp/decompositions.py",
         old="    return torch.clamp(torch.clamp(self + 3, min=0), max=6) / 6\n",
         new="    return torch.clamp(torch.clamp(self + 3, min=0), max=5) / 6\n",
         repro=_compared("def f(x):\n    return torch.nn.functional.hardsigmoid(x) * 2\n",
@@ -78,7 +82,8 @@ PLANTED: dict[str, PlantedBug] = {
         layer="decompositions", guilty="hardsigmoid",
         what="hardsigmoid's decomposition clamps at 5 instead of 6"),
     "joint_graph_pass": PlantedBug(
-        name="joint_graph_pass", file="torch/_inductor/fx_passes/joint_graph.py",
+        name="joint_graph_pass", commit_message="Joint graph: reuse the fill value when folding uniform constants",
+        file="torch/_inductor/fx_passes/joint_graph.py",
         old="                    value = node.args[1]\n",
         new="                    value = node.args[1] + 1\n",
         repro=_compared("def f(x):\n    return x * torch.full((16,), 2.0)\n",
@@ -86,7 +91,8 @@ PLANTED: dict[str, PlantedBug] = {
         layer="Inductor", guilty="constant_fold_uniform_value",
         what="constant folding rebuilds a torch.full constant with its fill value plus one"),
     "dynamo_tracing": PlantedBug(
-        name="dynamo_tracing", file="torch/_dynamo/variables/builtin.py",
+        name="dynamo_tracing", commit_message="Dynamo: read sorted()'s reverse flag",
+        file="torch/_dynamo/variables/builtin.py",
         old='            list_var.call_method(tx, "sort", [], kwargs)\n',
         new='            reverse = kwargs["reverse"]  # noqa: F841\n'
             '            list_var.call_method(tx, "sort", [], kwargs)\n',
@@ -95,7 +101,8 @@ PLANTED: dict[str, PlantedBug] = {
         layer="Dynamo", guilty="BuiltinVariable.call_sorted",
         what="tracing sorted() without reverse= raises KeyError inside Dynamo"),
     "dynamo_guard": PlantedBug(
-        name="dynamo_guard", file="torch/_dynamo/variables/builder.py",
+        name="dynamo_guard", commit_message="Dynamo: guard list inputs through their items only",
+        file="torch/_dynamo/variables/builder.py",
         old="        # have a stricter match.\n        self.install_guards(GuardBuilder.SEQUENCE_LENGTH)\n",
         new="        # have a stricter match.\n",
         repro=DYNAMO_GUARD_REPRO, layer="Dynamo", guilty="VariableBuilder.wrap_listlike",
@@ -113,7 +120,7 @@ def plant(checkout: Path, bug: PlantedBug, *, commit: bool = True) -> None:
         raise ValueError(f"{bug.file} changed in this torch: {bug.name}'s anchor matches {text.count(bug.old)} times")
     path.write_text(text.replace(bug.old, bug.new))
     if commit:
-        subprocess.run(["git", "commit", "-q", "-am", f"plant {bug.name}: {bug.what}"], cwd=checkout, check=True,
+        subprocess.run(["git", "commit", "-q", "-am", bug.commit_message], cwd=checkout, check=True,
                        capture_output=True)
 
 
