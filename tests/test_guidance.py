@@ -241,3 +241,34 @@ async def test_get_workflow_prints_no_none_and_the_logs_step_follows_the_layer(m
     seed_accuracy(mini, other, layer="Dynamo")
     steps = {s["step"]: s for s in (await ok(mini, "get_workflow", case_id=other))["case"]["steps"]}
     assert parse_call(steps["logs"]["tool_call"]).arguments["logs"] == "dynamo_internal"
+
+
+def test_a_new_test_file_that_is_the_areas_upstream_home_is_kept_not_argued_with(tmp_path: Path):
+    """Seen by an agent: register_test called the new test/inductor/test_torchinductor.py 'a new file: prefer an
+    existing topical file' and then recommended that very file."""
+    from pt2_bug_basher.execution.pytest.static_checks import new_test_file_note
+
+    put(tmp_path, "test/inductor/test_torchinductor.py")
+    note = new_test_file_note(tmp_path, "test/inductor/test_torchinductor.py", "accuracy", "Inductor")
+    assert "keep it" in note and "prefer" not in note
+    # A new file that is not the area's home still gets the area's existing files, never itself.
+    put(tmp_path, "test/inductor/test_cpu_repro.py", "test/inductor/test_pow_things.py")
+    note = new_test_file_note(tmp_path, "test/inductor/test_pow_things.py", "accuracy", "Inductor")
+    assert note.startswith("test/inductor/test_pow_things.py is a new file: prefer an existing topical file")
+    assert "test/inductor/test_cpu_repro.py" in note and note.count("test_pow_things") == 1
+
+
+async def test_classify_error_carries_localizes_suspects(mini: Mini):
+    """Seen by an agent: classify_error on the case's accuracy run said suspects: [] after localize had named pow."""
+    from pt2_bug_basher.domain.evidence import Suspect
+
+    case_id = mini.new_case()
+    seed_accuracy(mini, case_id, layer="Inductor")
+    record = mini.store.localization(case_id)
+    assert record is not None
+    record.suspects = [Suspect(file="torch/_inductor/lowering.py", line=7240, function="pow",
+                               why="implements lowerings #0: aten.pow.Tensor_Scalar")]
+    mini.store.set_localization(case_id, record)
+    data = await ok(mini, "classify_error", case_id=case_id, text=ACCURACY_TEXT)
+    assert [(s["function"], s["line"]) for s in data["suspects"]] == [("pow", 7240)]
+    assert (await ok(mini, "classify_error", text=ACCURACY_TEXT))["suspects"] == []  # no case: nothing to carry

@@ -110,7 +110,11 @@ async def test_fx_minifier_on_a_backend_compiler_failure(module_config):
 
 @pytest.mark.slow
 async def test_fx_minifier_on_an_accuracy_failure(module_config):
-    script = module_config.default_repo / "examples" / "accuracy_mismatch.py"
+    # Named like the file PyTorch's minifier writes into its working directory: it must not be replaced.
+    script = module_config.default_repo / "user" / "repro.py"
+    script.parent.mkdir(exist_ok=True)
+    shutil.copyfile(module_config.default_repo / "examples" / "accuracy_mismatch.py", script)
+    original = script.read_text()
     async with Client(create_server(module_config)) as client:
         case_id = await reproduced(client, script)
         result = await client.call_tool("minify", {"case_id": case_id, "mode": "auto", "budget_s": 240})
@@ -119,6 +123,7 @@ async def test_fx_minifier_on_an_accuracy_failure(module_config):
     assert data["mode"] == "fx" and data["fx"]["level"] == 4, data
     assert data["confirmed"] and data["comparison"] in ("category", "exception", "signature"), data
     assert data["after"]["nodes"] <= data["before"]["nodes"]
+    assert script.read_text() == original and sorted(p.name for p in script.parent.iterdir()) == ["repro.py"]
     # The graph runs on the CPU (and this torch may have no CUDA at all): its trials were forked.
     assert not any("CUDA" in line for line in data["fx"]["minifier_log"] + data["notes"]), data
     runs = Store(module_config.state_dir).runs(case_id)

@@ -115,7 +115,8 @@ async def minify_fx(
     env = {**ref.env, "TORCHDYNAMO_REPRO_AFTER": after, "TORCHDYNAMO_REPRO_LEVEL": str(level),
            "TORCH_COMPILE_DEBUG_DIR": str(work_dir), "TORCHINDUCTOR_AUTOGRAD_CACHE": "0"}
     await progress(f"FX minifier: dumping the graph (after={after}, level={level})")
-    dump = await execute(store, case, [case.python, str(script), *ref.args], tool="minify", cwd=script.parent,
+    # PyTorch's dump writes repro.py (and isolate/) into the working directory: never the user's.
+    dump = await execute(store, case, [case.python, str(script), *ref.args], tool="minify", cwd=work_dir,
                          env_add=env, timeout_s=run_timeout(ref), progress=progress, label="minifier dump run")
     result.run_ids["dump"] = dump.run_id
     launcher = _newest_launcher(work_dir)

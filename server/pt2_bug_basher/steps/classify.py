@@ -36,8 +36,9 @@ class ClassifyResult(BaseModel):
     exception_type: str | None = None
     signature: str | None = None
     suspects: list[Suspect] = Field(default_factory=list, description=(
-        "an exception raised inside torch: its innermost torch frames that are not compile plumbing, innermost "
-        "first (file relative to the torch checkout)"))
+        "where in torch's source to look, most likely first (file relative to the torch checkout): with a case, "
+        "localize's suspects when it found some; then, for an exception raised inside torch, its innermost torch "
+        "frames that are not compile plumbing"))
     diagnostic: str = Field(description="the diagnostic to run next, as an exact tool call; with a case, never one "
                                         "the case has already run (then the workflow's next call)")
     guide: CategoryGuide
@@ -93,7 +94,11 @@ async def classify_error(
         run_id=run_id,
     )
     out.recorded = True
-    layer = layer_of(state.store.localization(case_id))
+    localized = state.store.localization(case_id)
+    layer = layer_of(localized)
+    if localized is not None and localized.suspects:  # localize's bisection outranks frames of a wrapped error
+        known = {(t.file, t.line) for t in localized.suspects}
+        out.suspects = [*localized.suspects, *(s for s in out.suspects if (s.file, s.line) not in known)]
     out.guide = guide(result.category, layer, Path(case.repo))
     playbook = focus(result.category, layer).playbook
 

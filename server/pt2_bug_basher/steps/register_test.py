@@ -59,8 +59,7 @@ async def register_test(state: AppState, case_id: str, test_file: str, test_name
         raise InvalidInput(message)
     warnings = []
     if not await anyio.to_thread.run_sync(_tracked, repo, check.test_file):
-        warnings.append(f"{check.test_file} is a new file: prefer an existing topical file. "
-                        + static_checks.test_file_hint(repo, category, layer, limit=3))
+        warnings.append(static_checks.new_test_file_note(repo, check.test_file, category, layer))
     tree_hash = await anyio.to_thread.run_sync(lambda: flow.tree_hash)
     timeout = check_timeout(timeout_s)
     cwd, notes = session.repo_cwd(case, repo, check.test_file)

@@ -238,6 +238,19 @@ def test_file_hint(repo: Path, category: str | None, layer: str | None, limit: i
             f"tests in {choice.upstream} (not present here): add the test to an existing test file of the area.")
 
 
+def new_test_file_note(repo: Path, test_file: str, category: str | None, layer: str | None) -> str:
+    """A test file git does not track yet: fine when it is the area's topical file, else point at better homes."""
+    candidates = focus(category, layer).test_files if category or layer else list(DEFAULT_TEST_FILES)
+    if test_file in candidates:
+        return (f"{test_file} is new in this checkout (git does not track it); it is where upstream PyTorch keeps "
+                "tests of this area, so keep it: add it to your change (git add).")
+    others = [f for f in suggest_test_files(repo, category, layer).present if f != test_file]
+    if others:
+        return f"{test_file} is a new file: prefer an existing topical file: " + ", ".join(others[:3]) + "."
+    return (f"{test_file} is a new file, and no topical test file of this area exists in this checkout: keep it "
+            "if it is the area's file upstream, and add it to your change (git add).")
+
+
 def check_test_file(repo: Path, path: Path, test_name: str) -> StaticCheck:
     """Parse the test file and check: topical file, TestCase class, run_tests() guard, named test."""
     rel = path.relative_to(repo).as_posix()
