@@ -272,3 +272,24 @@ async def test_classify_error_carries_localizes_suspects(mini: Mini):
     data = await ok(mini, "classify_error", case_id=case_id, text=ACCURACY_TEXT)
     assert [(s["function"], s["line"]) for s in data["suspects"]] == [("pow", 7240)]
     assert (await ok(mini, "classify_error", text=ACCURACY_TEXT))["suspects"] == []  # no case: nothing to carry
+
+
+async def test_a_repro_rewritten_since_the_reproduction_is_named_before_its_verdict(server, workspace: Path):
+    """Seen by an agent: PyTorch's minifier wrote over repro.py, and the next run's verdict (user_error) was read
+    as the case's. A later run of the same path with other content says so first."""
+    import sys
+
+    script = workspace / "repro.py"
+    shutil.copy(EXAMPLES / "graph_break_fullgraph.py", script)
+    async with Client(server) as client:
+        case_id = (await client.call_tool("check_env", {"python": sys.executable})).structured_content["case_id"]
+        first = await client.call_tool("run_with_logs", {"case_id": case_id, "script": str(script), "repeat": 2})
+        assert first.structured_content["reproduced"], first.content[0].text
+        same = (await client.call_tool("run_with_logs", {"case_id": case_id, "script": str(script),
+                                                         "repeat": 1})).structured_content
+        assert not any("not the file that reproduced" in n for n in same["notes"])
+        script.write_text(script.read_text() + "\nraise SystemExit('rewritten')\n")
+        changed = (await client.call_tool("run_with_logs", {"case_id": case_id, "script": str(script),
+                                                            "repeat": 1})).structured_content
+    assert changed["notes"][0].startswith("repro.py is not the file that reproduced")
+    assert changed["next_step"].startswith("repro.py is not the file that reproduced")

@@ -1,13 +1,16 @@
 """The state of a repository's tree, as one hash that evidence is tied to.
 
-HEAD plus the diff of tracked files plus the content of untracked, non-ignored files: any edit
-a fix could make changes it; ignored build outputs and the server's own state do not.
+The git tree of the working tree's content: tracked files as they are on disk plus untracked,
+non-ignored files. Any edit a fix could make changes it; ignored build outputs, the server's own
+state and committing (the content stays the same) do not.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 from pt2_bug_basher.domain.errors import InvalidInput
@@ -34,34 +37,28 @@ def is_git_repo(path: Path) -> bool:
 
 
 def tree_hash(path: Path) -> str:
-    """A hash of the repository's current state (see module doc); a file-stat hash outside git."""
+    """A hash of the content of the repository's working tree (see module doc); a file-stat hash outside git."""
     try:
         repo = open_repo(path)
     except InvalidInput:
         return "files:" + _files_hash(path)
     import git
 
-    digest = hashlib.sha256()
-    try:
-        head = repo.head.commit.hexsha
-    except ValueError:
-        head = "no-commits"
-    digest.update(head.encode())
-    try:
-        diff = repo.git.diff("HEAD" if head != "no-commits" else "--cached", "--binary",
-                             kill_after_timeout=GIT_TIMEOUT_S)
-        digest.update(diff.encode(errors="surrogateescape"))
-        untracked = repo.git.ls_files("--others", "--exclude-standard", "-z", kill_after_timeout=GIT_TIMEOUT_S)
-    except git.GitCommandError as exc:
-        raise InvalidInput(f"git failed on {path}: {exc.stderr.strip() if exc.stderr else exc}") from exc
-    root = Path(repo.working_tree_dir or path)
-    for name in sorted(filter(None, untracked.split("\0"))):
-        digest.update(b"\0untracked\0" + name.encode(errors="surrogateescape"))
+    with tempfile.TemporaryDirectory(prefix="pt2bb-tree-") as tmp:
+        index, objects = Path(tmp) / "index", Path(tmp) / "objects"
+        objects.mkdir()
+        own_index = Path(repo.git_dir) / "index"
+        if own_index.is_file():
+            shutil.copyfile(own_index, index)  # its stat cache: only changed files are read again
+        # A private index and object directory: the user's repository is only read, never written.
+        env = {"GIT_INDEX_FILE": str(index), "GIT_OBJECT_DIRECTORY": str(objects),
+               "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(Path(repo.common_dir) / "objects")}
         try:
-            digest.update(hashlib.sha256((root / name).read_bytes()).digest())
-        except OSError:
-            digest.update(b"<unreadable>")
-    return "git:" + head[:12] + ":" + digest.hexdigest()[:24]
+            repo.git.add("-A", "--", ".", env=env, kill_after_timeout=GIT_TIMEOUT_S)
+            tree = repo.git.write_tree(env=env, kill_after_timeout=GIT_TIMEOUT_S).strip()
+        except git.GitCommandError as exc:
+            raise InvalidInput(f"git failed on {path}: {exc.stderr.strip() if exc.stderr else exc}") from exc
+    return "git-tree:" + tree
 
 
 def _files_hash(path: Path) -> str:

@@ -120,6 +120,26 @@ def parse_trace(stderr: str, subsystem: str) -> list[Application]:
     return seen
 
 
+def trial_env(store: Store, case: CaseRecord, ref: Reference) -> dict[str, str]:
+    """What every trial shares (read by torch at import: a fork server's own environment)."""
+    return {**ref.env, CACHE_ENV: str(store.case_dir(case.case_id) / "bisect-cache"), **TRIAL_CACHES}
+
+
+async def start_trial_server(store: Store, case: CaseRecord, ref: Reference, task_group: TaskGroup,
+                             progress: ProgressFn) -> ForkServerEvaluator | None:
+    """A server that forks trials from one interpreter that imported torch and Inductor once. Only for a
+    torch without CUDA (never fork from an interpreter that might touch CUDA); None when it cannot start."""
+    env = trial_env(store, case, ref)
+    server = ForkServerEvaluator(store, case, env, Path(env[CACHE_ENV]) / "forkserver", preload=WARM_MODULES,
+                                 tool="localize")
+    try:
+        await server.start(task_group)
+    except BugBasherError as exc:
+        await progress(f"bisect: trials will run in fresh processes ({exc})")
+        return None
+    return server
+
+
 class _Trials:
     """Runs trials for one backend within the cores and the budget, recording each."""
 
@@ -136,19 +156,7 @@ class _Trials:
 
     @property
     def shared_env(self) -> dict[str, str]:
-        """What every trial shares (read by torch at import: a fork server's own environment)."""
-        return {**self.ref.env, CACHE_ENV: str(self.cache_dir), **TRIAL_CACHES}
-
-    async def start_fork_server(self, task_group: TaskGroup) -> None:
-        """Children forked from one interpreter that imported torch and Inductor once (CPU-only torch)."""
-        server = ForkServerEvaluator(self.store, self.case, self.shared_env, self.cache_dir / "forkserver",
-                                     preload=WARM_MODULES, tool="localize")
-        try:
-            await server.start(task_group)
-        except BugBasherError as exc:
-            await self.progress(f"bisect: trials run in fresh processes ({exc})")
-            return
-        self.forked = server
+        return trial_env(self.store, self.case, self.ref)
 
     def write_config(self, sub: Subsystem) -> None:
         """The bisector reads a config switch from `<cache>/bisect/<backend>/<name>_config.txt`."""
@@ -293,8 +301,10 @@ async def _probe(trials: _Trials, sub: Subsystem, point: int, seen: dict[int, li
 
 async def bisect_below(store: Store, case: CaseRecord, ref: Reference, script: Path, backend: str, *,
                        progress: ProgressFn, cwd: Path, budget_s: float = DEFAULT_BUDGET_S,
-                       table: BisectorTable | None = None, limiter: anyio.CapacityLimiter | None = None
-                       ) -> BisectReport:
+                       table: BisectorTable | None = None, limiter: anyio.CapacityLimiter | None = None,
+                       forked: ForkServerEvaluator | None = None) -> BisectReport:
+    """`forked`: a trial server already started (start_trial_server), left running; else one is started here
+    for a torch without CUDA and stopped at the end."""
     started = time.monotonic()
     table = table or await read_table(store, case, cwd)
     notes: list[str] = []
@@ -305,9 +315,12 @@ async def bisect_below(store: Store, case: CaseRecord, ref: Reference, script: P
     await progress(f"bisect: {len(subsystems)} subsystems of {backend} from the case's torch")
     trials = _Trials(store, case, ref, script, backend, cwd, progress, started + budget_s,
                      limiter or anyio.CapacityLimiter(usable_cpus()))
+    if forked is not None:
+        trials.forked = forked
+        return await _bisect(trials, subsystems, backend, notes, started)
     async with anyio.create_task_group() as group:
-        if not table.cuda:  # never fork from an interpreter that might touch CUDA
-            await trials.start_fork_server(group)
+        if not table.cuda:
+            trials.forked = await start_trial_server(store, case, ref, group, progress)
         try:
             report = await _bisect(trials, subsystems, backend, notes, started)
         finally:

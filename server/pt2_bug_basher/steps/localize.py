@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import anyio
+from anyio.abc import TaskGroup
 
 from pt2_bug_basher.analysis.suspects import bisect_suspects, exception_suspects
 from pt2_bug_basher.case.pages import read_tail
@@ -21,7 +22,9 @@ from pt2_bug_basher.reduce.bisect import (
     BisectorTable,
     bisect_below,
     read_table,
+    start_trial_server,
 )
+from pt2_bug_basher.reduce.evaluate import ForkServerEvaluator
 from pt2_bug_basher.reduce.ladder import LocalizeResult, Reference, load_reference
 from pt2_bug_basher.reduce.ladder import localize as run_ladder
 
@@ -44,26 +47,45 @@ async def localize(
     table_read = anyio.Event()
     problems: list[str] = []
 
-    async def read() -> None:
+    servers: dict[str, ForkServerEvaluator] = {}
+    server_ready = anyio.Event()
+
+    async def read(group: TaskGroup) -> None:
+        """The bisector's table, then (a CPU-only torch) a warm trial server, both while the ladder runs."""
         try:
             tables["table"] = await read_table(state.store, case, path.parent)
         except Exception as exc:  # noqa: BLE001 - an older torch without the bisector: the ladder still stands
             problems.append(f"the compiler bisector could not be read from the case's torch: {exc}")
         finally:
             table_read.set()
+        try:
+            table = tables.get("table")
+            if table is not None and not table.cuda and bisect_budget_s > 0:
+                server = await start_trial_server(state.store, case, ref, group, progress)
+                if server is not None:
+                    servers["trials"] = server
+        finally:
+            server_ready.set()
 
     async def below(first: str) -> None:
         if first in BISECTABLE_BACKENDS and bisect_budget_s > 0:
             await table_read.wait()
             if "table" not in tables:
                 return
+            await server_ready.wait()
             found["report"] = await bisect_below(state.store, case, ref, path, first, progress=progress,
                                                  cwd=path.parent, budget_s=bisect_budget_s,
-                                                 table=tables.get("table"), limiter=limiter)
+                                                 table=tables.get("table"), limiter=limiter,
+                                                 forked=servers.get("trials"))
 
     async with anyio.create_task_group() as group:
-        group.start_soon(read)
-        result = await run_ladder(state.store, case, ref, path, progress=progress, limiter=limiter, below=below)
+        group.start_soon(read, group)
+        try:
+            result = await run_ladder(state.store, case, ref, path, progress=progress, limiter=limiter, below=below)
+        finally:
+            await server_ready.wait()
+            if "trials" in servers:
+                await servers["trials"].aclose()
     result.notes += problems
     if "report" in found:
         result.bisection = found["report"]

@@ -54,6 +54,11 @@ async def run_with_logs(
             "nothing about your tree. Pass the script's path in your repository, and where=\"main\" to run it "
             f'against main: run_with_logs(case_id="{case_id}", script="<path in the repository>", where="main").'
         )
+    reproduced = flow.latest_ok(Step.reproduce)
+    before = reproduced.payload(ReproduceEvidence) if reproduced is not None else None
+    rewritten = (runs < 2 and before is not None and before.script_sha256 is not None
+                 and Path(before.script).resolve() == chosen.path.resolve()
+                 and script_digest(chosen.path) != before.script_sha256)
     result = await run_and_record(
         state.store, case, chosen.path, args=checked_args, logs_spec=request.spec, repeat=runs,
         trace=trace, env_add=request.env, timeout_s=timeout, cwd=work_dir, progress=progress,
@@ -61,6 +66,12 @@ async def run_with_logs(
         layer=localized_layer(state.store, case_id), origin=chosen.origin,
     )
     result.next_step = await next_step(state, result, repeat, request.spec)
+    if rewritten:
+        changed = (f"{chosen.path.name} is not the file that reproduced: its content changed since the reproduction "
+                   "(something rewrote it). This run judges the new content; restore the repro, or make the new "
+                   f'content the reproduction: run_with_logs(case_id="{case_id}", script="{chosen.path}", repeat=2).')
+        result.notes.insert(0, changed)
+        result.next_step = changed + " " + result.next_step
     return result
 
 
