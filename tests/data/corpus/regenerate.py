@@ -21,6 +21,8 @@ Each script starts with header comments that say how to run it and what it shows
     # python_flags: -X faulthandler     optional: interpreter flags
     # runs: 2                           optional: run it this many times, one sample per run
                                         (used to check that failure signatures are stable)
+    # head: 15                          optional: keep only the first N lines (an excerpt cut the way
+                                        people paste logs into issues)
 
 Every run gets a fresh working directory and a fresh TORCHINDUCTOR_CACHE_DIR, so two runs of a
 script differ in temporary paths, PIDs, addresses and timings but not in the failure itself.
@@ -132,6 +134,8 @@ def run_script(path: Path, python: str, run_no: int) -> dict:
         proc = subprocess.run(argv, cwd=work, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, timeout=TIMEOUT_S)
         text = _scrub(proc.stdout.decode("utf-8", errors="replace"), work)
+        if hdr.get("head"):
+            text = "\n".join(text.splitlines()[:int(hdr["head"])]) + "\n"
     finally:
         shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(cache, ignore_errors=True)
@@ -152,7 +156,8 @@ def run_script(path: Path, python: str, run_no: int) -> dict:
         "subcategory": hdr.get("subcategory", ""),
         "text": _cut(text),
         "notes": f"produced by {path.parent.name}/{path.name}"
-        + (f" with {hdr['env']}" if hdr.get("env") else ""),
+        + (f" with {hdr['env']}" if hdr.get("env") else "")
+        + (f", first {hdr['head']} lines kept" if hdr.get("head") else ""),
         "hard_case": False,
         "script_name": path.name,
         "script": src,
