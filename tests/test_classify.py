@@ -560,3 +560,12 @@ def test_rich_rendered_stance_failure_with_a_wrapped_message_is_recompile():
     c = classify(d["text"], d.get("exit_code"))
     assert c.category == "recompile" and c.confidence >= 0.8
     assert c.failure is not None and c.failure.exception_type == "RuntimeError"
+
+
+def test_logged_shape_env_guard_error_cut_inside_its_traceback_is_dynamic_shapes():
+    # produced by scripts_tuning/ds_shape_env_guard_excerpt.py (torch 2.13), cut before the exception line
+    d = TUNING_BY_ID["tu-local-ds_shape_env_guard_excerpt"]
+    assert "ConstraintViolationError" not in d["text"] and "in SHAPE_ENV" in d["text"]
+    c = classify(d["text"], d.get("exit_code"))
+    assert c.category == "dynamic_shapes" and "dynamo_internal" not in c.secondary
+    evidence_has(c, d["text"], "Source: shape_env")

@@ -292,6 +292,7 @@ def _compared_outputs(msg: str, frames: list[Frame], kinds: list[str], code_abov
 # Dynamo's own machinery (not tracing user code): an error raised here is an internal error.
 _DYNAMO_BOOKKEEPING = ("resume_execution.py", "bytecode_analysis.py", "guards.py", "codegen.py",
                        "side_effects.py", "cache_size.py", "output_graph.py", "pgo.py", "source.py")
+_SHAPE_GUARD_FUNCS = ("SHAPE_ENV", "_get_code_parts", "produce_guards", "produce_guards_verbose")
 # The path every Dynamo compile goes through: a traceback cut inside these says little by itself.
 _DYNAMO_OUTER = ("eval_frame.py", "convert_frame.py", "bytecode_transformation.py", "utils.py")
 _DYNAMO_TRACING = ("symbolic_convert.py", "variables/", "variables\\")
@@ -336,6 +337,8 @@ def _frame_kind(f: Frame) -> str:
             return "trace"
         if any(k in path for k in _DYNAMO_TRACING):
             return "trace"
+        if path.endswith("guards.py") and func in _SHAPE_GUARD_FUNCS:
+            return "shapes"  # building the shape-env guards: produce_guards raises dynamic-shape errors here
         if path.endswith(_DYNAMO_BOOKKEEPING):
             return "dynamo_internal"
         if path.endswith(_DYNAMO_OUTER):
