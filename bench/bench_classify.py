@@ -122,7 +122,7 @@ def table(name: str, samples: list[dict], preds_ours: list[str], preds_naive: li
         predicted = [(d, p) for d, p in zip(samples, preds, strict=True) if pred_class(p) == pred_class(label)]
         rec = sum(is_right(d, p) for d, p in labelled) / len(labelled) if labelled else float("nan")
         prec = sum(is_right(d, p) for d, p in predicted) / len(predicted) if predicted else float("nan")
-        f1 = 2 * prec * rec / (prec + rec) if predicted and labelled and (prec + rec) else 0.0
+        f1 = (2 * prec * rec / (prec + rec) if (prec + rec) else 0.0) if predicted and labelled else float("nan")
         return prec, rec, f1, len(labelled)
 
     acc_o = sum(is_right(d, p) for d, p in zip(samples, preds_ours, strict=True)) / len(samples)
