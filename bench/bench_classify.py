@@ -7,7 +7,9 @@ by a naive classifier measured side by side in the same run: for every rule, its
 as one regex `re.search`ed over the whole text; the category with the largest summed weight wins
 (no traceback parsing, no tail window, no per-line patterns). Prints ms/call and ratio = ours / naive, then per-category
 precision / recall / F1 on each corpus for both: the development corpora (public, local,
-local_gpu, tuning) and the held-out one (heldout.jsonl, never tuned on) separately.
+local_gpu, tuning) and the held-out one (heldout.jsonl, never tuned on: its first two batches,
+its third batch and all of it) separately. A class that is predicted but never a label still
+gets a row (its precision; recall is undefined there and printed as nan).
 
     python bench/bench_classify.py [--calls 30] [--accuracy-only]
 """
@@ -120,14 +122,16 @@ def table(name: str, samples: list[dict], preds_ours: list[str], preds_naive: li
         predicted = [(d, p) for d, p in zip(samples, preds, strict=True) if pred_class(p) == pred_class(label)]
         rec = sum(is_right(d, p) for d, p in labelled) / len(labelled) if labelled else float("nan")
         prec = sum(is_right(d, p) for d, p in predicted) / len(predicted) if predicted else float("nan")
-        f1 = 2 * prec * rec / (prec + rec) if predicted and labelled and (prec + rec) else 0.0
+        f1 = (2 * prec * rec / (prec + rec) if (prec + rec) else 0.0) if predicted and labelled else float("nan")
         return prec, rec, f1, len(labelled)
 
     acc_o = sum(is_right(d, p) for d, p in zip(samples, preds_ours, strict=True)) / len(samples)
     acc_n = sum(is_right(d, p) for d, p in zip(samples, preds_naive, strict=True)) / len(samples)
     print(f"\n{name}: {len(samples)} samples   accuracy ours {acc_o:.3f}   naive {acc_n:.3f}")
     print(f"  {'label':<24} {'n':>3}   {'P':>5} {'R':>5} {'F1':>5}   | naive {'P':>5} {'R':>5} {'F1':>5}")
-    for label in sorted({d["label"] for d in samples}):
+    # every labelled class, and every class predicted without being a label (its precision counts too)
+    classes = {d["label"] for d in samples} | {pred_class(p) for p in preds_ours + preds_naive}
+    for label in sorted(classes):
         p, r, f, n = metrics(preds_ours, label)
         pn, rn, fn_, _ = metrics(preds_naive, label)
         print(f"  {label:<24} {n:>3}   {p:5.2f} {r:5.2f} {f:5.2f}   |       {pn:5.2f} {rn:5.2f} {fn_:5.2f}")
@@ -186,7 +190,9 @@ def main() -> int:
         time_big_logs(args.calls, local)
     corpora = (("public", public), ("local", local), ("local_gpu", local_gpu), ("tuning", tuning),
                ("tuning, all (public + local + local_gpu + tuning)", public + local + local_gpu + tuning),
-               ("heldout (never tuned on)", heldout))
+               ("heldout, first two batches (ho-, ho2-)", [d for d in heldout if not d["id"].startswith("ho3-")]),
+               ("heldout, third batch (ho3-)", [d for d in heldout if d["id"].startswith("ho3-")]),
+               ("heldout, all (never tuned on)", heldout))
     for name, samples in corpora:
         ours = [classify(d["text"], d.get("exit_code"), d.get("signal_name")).category for d in samples]
         naive = [naive_classify(d["text"]) for d in samples]

@@ -485,3 +485,87 @@ def test_tuning_corpus_is_classified_right():
         return category in {d["label"], *d.get("also", [])}
     wrong = [(d["id"], classify(d["text"]).category) for d in TUNING if not right(d, classify(d["text"]).category)]
     assert wrong == []
+
+
+# --------------------------------------------------------------------------------------------
+# Classes of real text added with the third held-out batch (tuning samples from public issues and
+# from the scripts in tests/data/corpus/scripts_tuning*)
+
+TUNING_BY_ID = {d["id"]: d for d in TUNING}
+
+
+def test_every_tuning_and_heldout_sample_names_its_source():
+    for d in TUNING + HELDOUT:
+        assert d["label"] and d["text"].strip(), d["id"]
+        if d["id"].startswith(("tu-local-", "tu-gpu-")):
+            assert d["script_name"] and d["script"] and d["source"].startswith("local torch"), d["id"]
+        else:
+            assert d["url"] and d["url"].startswith("https://github.com/"), d["id"]
+    ids = [d["id"] for d in TUNING + HELDOUT]
+    assert len(ids) == len(set(ids))
+    urls = [d["url"] for d in TUNING + HELDOUT + PUBLIC if d.get("url")]
+    assert len(urls) == len(set(urls)), "an issue is in two corpora (or twice in one)"
+
+
+def test_printed_eager_and_compiled_values_without_traceback_are_accuracy():
+    # pytorch/pytorch#126848: the whole output of a script printing eager and compiled results
+    d = TUNING_BY_ID["tu3-acc-03"]
+    c = classify(d["text"], exit_code=0)
+    assert c.category == "accuracy"
+    evidence_has(c, d["text"], "Compile: tensor(0.)")
+    evidence_has(c, d["text"], "Eager (before): tensor(8.8162e-39)")
+
+
+def test_printed_allclose_false_and_difference_are_weak_accuracy():
+    # pytorch/pytorch#141436: `print(torch.allclose(out_eager, out_compiled))` then the max diff
+    d = TUNING_BY_ID["tu3-acc-01"]
+    c = classify(d["text"], exit_code=0)
+    assert c.category == "accuracy" and c.confidence < 0.8
+    assert {e.rule for e in c.evidence} >= {"printed_false", "printed_difference"}
+
+
+def test_timings_and_code_are_not_printed_results():
+    for line in ("eager: 1.23x speedup", "compiled: 3.2 s", "Eager mode: 12.3 ms",
+                 "compiled = torch.compile(f)", "Compiled result type: <class 'torch.Tensor'>"):
+        assert classify(line + "\n", exit_code=0).category == "unknown", line
+
+
+def test_unittest_assert_true_allclose_without_frames_is_accuracy():
+    # pytorch/pytorch#131822: the failing line and "AssertionError: False is not true", no frames
+    d = TUNING_BY_ID["tu3-acc-06"]
+    c = classify(d["text"])
+    assert c.category == "accuracy" and c.confidence < 0.6
+    # the same message after an unrelated check stays unknown
+    assert classify("self.assertTrue(os.path.exists(path))\nAssertionError: False is not true\n").category == "unknown"
+
+
+def test_jupyterlab_linked_frames_cut_where_dynamo_calls_the_backend():
+    # unslothai/unsloth#2230: JupyterLab renders frames as `File [~/...py:3048](http://...), in Cls.meth(...)`
+    from pt2_bug_basher.analysis.failure import parse
+
+    d = TUNING_BY_ID["tu3-bcf-02"]
+    frames = [f for b in parse(d["text"]).blocks for f in b.frames]
+    assert [(f.file.rsplit("/", 1)[-1], f.line, f.function) for f in frames] == [
+        ("symbolic_convert.py", 3048, "InstructionTranslator.RETURN_VALUE"),
+        ("symbolic_convert.py", 3033, "InstructionTranslator._return")]
+    assert frames[-1].code == "self.output.compile_subgraph("
+    c = classify(d["text"])
+    assert c.category == "backend_compiler_failed" and c.confidence < 0.6
+
+
+def test_rich_rendered_stance_failure_with_a_wrapped_message_is_recompile():
+    # produced by scripts_tuning/rich_rc_stance.py: rich wraps the message and the frame locations
+    d = TUNING_BY_ID["tu-local-rich_rc_stance"]
+    assert "stance is \n'fail_on_recompile'" in d["text"]
+    c = classify(d["text"], d.get("exit_code"))
+    assert c.category == "recompile" and c.confidence >= 0.8
+    assert c.failure is not None and c.failure.exception_type == "RuntimeError"
+
+
+def test_logged_shape_env_guard_error_cut_inside_its_traceback_is_dynamic_shapes():
+    # produced by scripts_tuning/ds_shape_env_guard_excerpt.py (torch 2.13), cut before the exception line
+    d = TUNING_BY_ID["tu-local-ds_shape_env_guard_excerpt"]
+    assert "ConstraintViolationError" not in d["text"] and "in SHAPE_ENV" in d["text"]
+    c = classify(d["text"], d.get("exit_code"))
+    assert c.category == "dynamic_shapes" and "dynamo_internal" not in c.secondary
+    evidence_has(c, d["text"], "Source: shape_env")

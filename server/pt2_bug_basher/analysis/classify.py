@@ -92,6 +92,10 @@ def _r(name: str, category: str, weight: float, anchors: str | tuple[str, ...], 
     return Rule(name, category, weight, anchors, re.compile(pattern) if pattern else None)
 
 
+# `<label words>: <value>` where the value is a tensor, an array, a list or a number (not a timing)
+_PRINTED_VALUE = (r"\b[^:=\n]{0,30}[:=]\s*(?:tensor\(|array\(|\[|[-+]?(?:\d|inf\b|nan\b))"
+                  r"(?!.*(?:\d\s*(?:ms|us|s|sec|secs|seconds|it/s|x)\b|[Ss]peed-?up|[Tt]hroughput))")
+
 RULES: tuple[Rule, ...] = (
     # graph breaks
     _r("unsupported_exception", "graph_break", 3.0, "Unsupported",
@@ -153,10 +157,18 @@ RULES: tuple[Rule, ...] = (
        r"(?i)(?:elements?|values?) (?:not close|exceeding tolerance)|out-of-tolerance elements"),
     _r("max_diff_print", "accuracy", 1.5, ("ax diff", "ax_diff", "aximum diff", "ax absolute diff"),
        r"(?i)max(?:imum)?[ _](?:abs(?:olute)?[ _])?diff(?:erence)?\b\s*[:=(]"),
+    # a script printing its eager and compiled results: `eager out: tensor(...)`, `Eager (before): tensor(...)`,
+    # `Compile: tensor(0.)`, `compiled result = [...]` (a value, not a timing)
     _r("eager_output_print", "accuracy", 1.5, ("eager", "Eager", "EAGER"),
-       r"^\W{0,4}(?:eager|Eager|EAGER)[ _](?:out|output|outputs|result|res)\b\s*[:=]"),
-    _r("compiled_output_print", "accuracy", 1.5, ("ompiled", "OMPILED", "ompile "),
-       r"^\W{0,4}(?:compiled|Compiled|COMPILED|compile|Compile)[ _](?:out|output|outputs|result|res)\b\s*[:=]"),
+       r"^\W{0,4}(?:eager|Eager|EAGER)(?:[ _](?:out|output|outputs|result|res)\b\s*[:=]|"
+       + _PRINTED_VALUE + ")"),
+    _r("compiled_output_print", "accuracy", 1.5, ("ompile", "OMPILE", "nductor", "ptimized"),
+       r"^\W{0,4}(?:(?:compiled|Compiled|COMPILED|compile|Compile)[ _](?:out|output|outputs|result|res)\b\s*[:=]"
+       r"|(?:compiled?|Compiled?|COMPILED?|[Ii]nductor|[Oo]ptimized)" + _PRINTED_VALUE + ")"),
+    # `print(torch.allclose(eager, compiled))` and `print("diff", (a - b).abs().max())` with nothing else
+    _r("printed_false", "accuracy", 1.5, "False", r"^\s*False\s*$"),
+    _r("printed_difference", "accuracy", 1.5, ("diff", "Diff", "DIFF"),
+       r"^\W{0,4}(?:max[ _]?|abs[ _]?)*diff(?:erence)?s?\b[^:=\n]{0,30}?[:=]?\s*(?:tensor\(|[-+]?\d)"),
     _r("max_abs_error", "accuracy", 1.5, ("ax abs", "ax_abs", "aximum abs"),
        r"(?i)max(?:imum)?[ _]abs(?:olute)?[ _](?:diff|error|err)"),
     # dynamo internal
@@ -266,16 +278,21 @@ _COMPARE_CODE = re.compile(r"allclose|assert_close|assert_equal|\bequal\(|isclos
                            r"opt|ref|expected|actual)\w*\b|\bdiff\b|mismatch", re.I)
 
 
-def _compared_outputs(msg: str, frames: list[Frame], kinds: list[str]) -> bool:
-    """An AssertionError raised in user code by a line (or with a message) that compares results."""
+_CALLS_BACKEND = re.compile(r"\b(?:compile_subgraph|compile_and_call_fx_graph|call_user_compiler|compile_fx)\(")
+
+
+def _compared_outputs(msg: str, frames: list[Frame], kinds: list[str], code_above: str = "") -> bool:
+    """An AssertionError raised in user code by a line (or with a message) that compares results.
+    Without frames (an excerpt), the code line printed just above the exception line stands in."""
     if frames and kinds[-1] != "user":
         return False
-    code = frames[-1].code or "" if frames else ""
+    code = frames[-1].code or "" if frames else code_above
     return bool(_COMPARE_CODE.search(code) or _COMPARE_CODE.search(msg[:300]))
 
 # Dynamo's own machinery (not tracing user code): an error raised here is an internal error.
 _DYNAMO_BOOKKEEPING = ("resume_execution.py", "bytecode_analysis.py", "guards.py", "codegen.py",
                        "side_effects.py", "cache_size.py", "output_graph.py", "pgo.py", "source.py")
+_SHAPE_GUARD_FUNCS = ("SHAPE_ENV", "_get_code_parts", "produce_guards", "produce_guards_verbose")
 # The path every Dynamo compile goes through: a traceback cut inside these says little by itself.
 _DYNAMO_OUTER = ("eval_frame.py", "convert_frame.py", "bytecode_transformation.py", "utils.py")
 _DYNAMO_TRACING = ("symbolic_convert.py", "variables/", "variables\\")
@@ -285,7 +302,7 @@ def _frame_kind(f: Frame) -> str:
     """Which part of the stack a frame belongs to: generated, compile, runtime, trace, export,
     triton, dynamo_internal, dynamo_outer, shapes, torch, user, lib."""
     path = f.file.replace("\\", "/")
-    func = f.function
+    func = f.function.rsplit(".", 1)[-1]  # IPython names methods with their class: OutputGraph.call_user_compiler
     if "torchinductor" in path or path.startswith("<eval_with_key>") or "<eval_with_key>" in path:
         return "compile" if func == "<module>" else "generated"
     if ("/triton/" in path or path.startswith("triton/")) and "/torch/" not in path:
@@ -320,6 +337,8 @@ def _frame_kind(f: Frame) -> str:
             return "trace"
         if any(k in path for k in _DYNAMO_TRACING):
             return "trace"
+        if path.endswith("guards.py") and func in _SHAPE_GUARD_FUNCS:
+            return "shapes"  # building the shape-env guards: produce_guards raises dynamic-shape errors here
         if path.endswith(_DYNAMO_BOOKKEEPING):
             return "dynamo_internal"
         if path.endswith(_DYNAMO_OUTER):
@@ -346,7 +365,15 @@ class _Hit:
     weight: float
 
 
-def _structural(p: ParsedFailure, hits: list[_Hit]) -> dict:
+def _line_above(text: str, line: str) -> str:
+    """The line printed just above the last occurrence of `line` (empty if none)."""
+    end = text.rfind("\n" + line) if line else -1
+    if end <= 0:
+        return ""
+    return text[text.rfind("\n", 0, end) + 1:end].strip()
+
+
+def _structural(p: ParsedFailure, hits: list[_Hit], text: str = "") -> dict:
     """Evidence from the final exception, its chain and frames. Returns facts used later."""
     facts: dict = {"final_category": None, "wrapped_triton": False, "frame_phase": None}
     fe = p.final_exc
@@ -413,7 +440,8 @@ def _structural(p: ParsedFailure, hits: list[_Hit]) -> dict:
             # a dynamic-shapes error wrapped by the backend or by Dynamo
             add(cat, 2.0, rule, fe.line_no, fe.line)
             cat, weight, rule = "dynamic_shapes", 5.5, "exception:wrapped_dynamic_shapes"
-        if cat is None and final_short == "AssertionError" and _compared_outputs(msg, frames, kinds):
+        if cat is None and final_short == "AssertionError" and _compared_outputs(
+                msg, frames, kinds, "" if frames else _line_above(text, fe.line)):
             # a bare assert in user code right after comparing outputs: weak alone (the compile-off run decides)
             cat, weight, rule = "accuracy", 1.5, "exception:user_assert_compare"
         deciding = -1
@@ -452,6 +480,10 @@ def _from_frames(kinds: list[str], frames: list[Frame], msg: str, *,
             if kind == "shapes" and not strong:
                 return "dynamic_shapes", 1.5, "frames:symbolic_shapes", i
             continue
+        if not strong and kind in ("trace", "dynamo_internal", "dynamo_outer") \
+                and _CALLS_BACKEND.search(frames[i].code or ""):
+            # a traceback cut where Dynamo hands the graph to the backend: the failure is past tracing
+            return "backend_compiler_failed", 2.0, "frames:backend_call", i
         if kind in ("generated", "runtime"):
             return "runtime_crash", w, "frames:compiled_code", i
         if kind == "triton":
@@ -653,7 +685,7 @@ def classify(text: str, exit_code: int | None = None, signal_name: str | None = 
     index = LineIndex(text)
     parsed = parse(text, exit_code, signal_name, index)
     hits: list[_Hit] = []
-    facts = _structural(parsed, hits)
+    facts = _structural(parsed, hits, text)
     _scan_lines(text, hits)
     mode = _compile_mode(text, parsed)
     if mode in ("strict_export", "non_strict_export"):

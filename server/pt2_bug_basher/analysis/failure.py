@@ -72,7 +72,9 @@ _LOG_PREFIX = re.compile(
 # A Python traceback frame: `  File "x.py", line 3, in f` (faulthandler prints `line 3 in f`; `in` may be
 # missing). The one frame pattern of the package: the log parser and the pytest reader use it too.
 FRAME_LINE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)(?:,? in (?P<func>.+?))?\s*$')
-_FRAME_IPY = re.compile(r"^File (?P<file>\S+?):(?P<line>\d+), in (?P<func>[\w.<>\[\]]+)")
+# IPython prints `File /path.py:324, in f(...)`; JupyterLab links it: `File [~/p.py:324](http://...), in f(...)`
+_FRAME_IPY = re.compile(r"^File \[?(?P<file>[^\s\[\]]+?):(?P<line>\d+)(?:\]\([^)\s]*\))?, "
+                        r"in (?P<func>[\w.<>\[\]]+)")
 _FRAME_COLAB = re.compile(r"^\[?(?P<file>/\S+?\.py)(?:\]\([^)\s]*\))? in (?P<func>[\w.<>]+)")
 _FRAME_PYTEST = re.compile(r"^(?P<file>\S+\.py):(?P<line>\d+): in (?P<func>[\w.<>]+)\s*$")
 _IPY_ARROW = re.compile(r"^-+> ?(?P<line>\d+)\s?(?P<code>.*)$")
@@ -406,7 +408,7 @@ def _parse_block(text: str, start: int, start_line_no: int, stop: int, *, jupyte
             block.frame_lines.append((no, raw))
             continue
         st = s.lstrip()
-        if st.startswith(("-->", "---->")):
+        if st.startswith("->") or st.startswith("-->"):  # IPython marks the line: `-> 3048` (JupyterLab), `---> 15`
             am = _IPY_ARROW.match(st)
             if am and last_frame is not None:
                 if not last_frame.line:
@@ -494,7 +496,7 @@ def _find_chain_headers(text: str) -> list[int]:
 
 
 _FIRST_FRAME = re.compile(r'^(?:[^\n]{0,160}?\] |\S{0,40}\]: ?|[\d:.TZ -]{19,40} )?'
-                          r'(?:[^\S\n]*File "|File [~/.\w]|\[?/\S+\.py\]?[( ]|\S+\.py:\d+: in |E {3,}File ")', re.M)
+                          r'(?:[^\S\n]*File "|File \[?[~/.\w]|\[?/\S+\.py\]?[( ]|\S+\.py:\d+: in |E {3,}File ")', re.M)
 
 
 def _headerless_blocks(text: str, end: int, idx: LineIndex) -> list[_Block]:

@@ -5,6 +5,12 @@ Usage (from the repository root, with the project's virtual environment):
     python tests/data/corpus/regenerate.py            # every script in scripts/ -> local.jsonl
     python tests/data/corpus/regenerate.py gb_logs_only rc_recompile_limit   # only these; others kept
     python tests/data/corpus/regenerate.py --gpu      # scripts_gpu/ -> local_gpu.jsonl (needs CUDA)
+    python tests/data/corpus/regenerate.py --tuning   # scripts_tuning/ -> the tu-local-* samples of tuning.jsonl
+    python tests/data/corpus/regenerate.py --tuning --gpu   # scripts_tuning_gpu/ -> tu-gpu-* (needs CUDA)
+
+The tuning scripts render some tracebacks with `rich` (rich.traceback.install): run them with
+rich importable. Their samples replace the earlier ones of the same scripts in tuning.jsonl; the
+public-issue samples there are kept as they are.
 
 Each script starts with header comments that say how to run it and what it shows:
 
@@ -15,6 +21,8 @@ Each script starts with header comments that say how to run it and what it shows
     # python_flags: -X faulthandler     optional: interpreter flags
     # runs: 2                           optional: run it this many times, one sample per run
                                         (used to check that failure signatures are stable)
+    # head: 15                          optional: keep only the first N lines (an excerpt cut the way
+                                        people paste logs into issues)
 
 Every run gets a fresh working directory and a fresh TORCHINDUCTOR_CACHE_DIR, so two runs of a
 script differ in temporary paths, PIDs, addresses and timings but not in the failure itself.
@@ -42,6 +50,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 SCRIPTS = HERE / "scripts"
 SCRIPTS_GPU = HERE / "scripts_gpu"
+SCRIPTS_TUNING = HERE / "scripts_tuning"
+SCRIPTS_TUNING_GPU = HERE / "scripts_tuning_gpu"
+ID_PREFIX = {SCRIPTS: "local-", SCRIPTS_GPU: "gpu-", SCRIPTS_TUNING: "tu-local-", SCRIPTS_TUNING_GPU: "tu-gpu-"}
 MAX_LINES = 400
 HEAD_LINES = 150
 TIMEOUT_S = 300
@@ -85,6 +96,8 @@ def _scrub(text: str, workdir: str) -> str:
         (workdir, REPRO_DIR),
         (str(SCRIPTS), REPRO_DIR),
         (str(SCRIPTS_GPU), REPRO_DIR),
+        (str(SCRIPTS_TUNING), REPRO_DIR),
+        (str(SCRIPTS_TUNING_GPU), REPRO_DIR),
         (str(HERE.parents[2]), "/home/user/project"),
     ]
     for old, new in repls:
@@ -121,6 +134,8 @@ def run_script(path: Path, python: str, run_no: int) -> dict:
         proc = subprocess.run(argv, cwd=work, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, timeout=TIMEOUT_S)
         text = _scrub(proc.stdout.decode("utf-8", errors="replace"), work)
+        if hdr.get("head"):
+            text = "\n".join(text.splitlines()[:int(hdr["head"])]) + "\n"
     finally:
         shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(cache, ignore_errors=True)
@@ -131,7 +146,7 @@ def run_script(path: Path, python: str, run_no: int) -> dict:
             sig = signal.Signals(-rc).name
         except ValueError:
             sig = f"signal {-rc}"
-    prefix = "gpu-" if path.parent == SCRIPTS_GPU else "local-"
+    prefix = ID_PREFIX[path.parent]
     return {
         "id": f"{prefix}{path.stem}" + (f"-run{run_no}" if run_no > 1 else ""),
         "source": "",  # filled by main()
@@ -141,7 +156,8 @@ def run_script(path: Path, python: str, run_no: int) -> dict:
         "subcategory": hdr.get("subcategory", ""),
         "text": _cut(text),
         "notes": f"produced by {path.parent.name}/{path.name}"
-        + (f" with {hdr['env']}" if hdr.get("env") else ""),
+        + (f" with {hdr['env']}" if hdr.get("env") else "")
+        + (f", first {hdr['head']} lines kept" if hdr.get("head") else ""),
         "hard_case": False,
         "script_name": path.name,
         "script": src,
@@ -156,18 +172,27 @@ def run_script(path: Path, python: str, run_no: int) -> dict:
 def main(argv: list[str]) -> int:
     python = sys.executable
     gpu = "--gpu" in argv
-    argv = [a for a in argv if a != "--gpu"]
-    scripts = SCRIPTS_GPU if gpu else SCRIPTS
-    out_path = HERE / ("local_gpu.jsonl" if gpu else "local.jsonl")
+    tuning = "--tuning" in argv
+    argv = [a for a in argv if a not in ("--gpu", "--tuning")]
+    if tuning:
+        scripts = SCRIPTS_TUNING_GPU if gpu else SCRIPTS_TUNING
+        out_path = HERE / "tuning.jsonl"
+    else:
+        scripts = SCRIPTS_GPU if gpu else SCRIPTS
+        out_path = HERE / ("local_gpu.jsonl" if gpu else "local.jsonl")
     source = _torch_source(python, gpu)
     wanted = {a.removesuffix(".py") for a in argv}
     existing: dict[str, dict] = {}
-    if out_path.exists() and wanted:
+    if out_path.exists() and (wanted or tuning):
         for line in out_path.read_text().splitlines():
             if line.strip():
                 d = json.loads(line)
                 existing[d["id"]] = d
     samples: dict[str, dict] = {}
+    if tuning:  # samples not made from this folder's scripts stay, in their order
+        for sid, d in existing.items():
+            if not sid.startswith(ID_PREFIX[scripts]):
+                samples[sid] = d
     for path in sorted(scripts.glob("*.py")):
         if wanted and path.stem not in wanted:
             for sid, d in existing.items():
