@@ -10,7 +10,8 @@ from pt2_bug_basher.execution.gitstate import tree_hash
 
 
 def objects(repo: Path) -> set[str]:
-    return {str(p.relative_to(repo / ".git" / "objects")) for p in (repo / ".git" / "objects").rglob("*") if p.is_file()}
+    store = repo / ".git" / "objects"
+    return {str(p.relative_to(store)) for p in store.rglob("*") if p.is_file()}
 
 
 def test_content_decides_commits_do_not(tmp_path: Path):
