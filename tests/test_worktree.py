@@ -91,9 +91,18 @@ async def test_the_test_fails_on_main_in_a_worktree(mini: Mini):
     # The primary checkout is untouched: the state directory stays out of git status.
     assert git(mini.repo, "status", "--porcelain").strip() == "M test/test_ops.py"
 
-    # Creating again replaces the server's own worktree.
+    # Editing the registered test after the check (a lint fix, say) makes the check stale: it ran other code.
+    test_file = mini.repo / "test" / "test_ops.py"
+    test_file.write_text(test_file.read_text() + "\n# tidied after the main check\n")
+    status = (await call(mini, "get_workflow", case_id=case_id)).structured_content["case"]
+    main_check = next(s for s in status["steps"] if s["step"] == "main_check")
+    assert main_check["status"] == "stale" and "registered test has changed" in main_check["evidence"]
+
+    # Creating again replaces the server's own worktree, and checks the test as it is now.
     again = (await call(mini, "make_worktree", case_id=case_id, action="create", ref="main")).structured_content
     assert again["ok"] and again["replaced"] is True
+    status = (await call(mini, "get_workflow", case_id=case_id)).structured_content["case"]
+    assert next(s for s in status["steps"] if s["step"] == "main_check")["status"] == "done"
 
     removed = await call(mini, "make_worktree", case_id=case_id, action="remove", ref="main")
     assert not removed.is_error and removed.structured_content["ok"] is True

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from pydantic import BaseModel, Field
 
 from pt2_bug_basher.case.store import EvidenceRecord, Store, WaiverRecord
+from pt2_bug_basher.domain.digest import file_digest
 from pt2_bug_basher.domain.errors import GateClosed, InvalidInput
 from pt2_bug_basher.domain.evidence import MainCheckEvidence, ReproduceEvidence
 from pt2_bug_basher.domain.names import Step, ToolName
@@ -172,6 +174,13 @@ class Workflow:
                 return waiver
         return None
 
+    def _test_changed_since(self, record: EvidenceRecord) -> bool:
+        """A main check ran an earlier content of the registered test file (edited after the check)."""
+        found = record.payload(MainCheckEvidence)
+        if not found.test_file or not found.test_sha256:
+            return False
+        return file_digest(Path(self.case.repo) / found.test_file) != found.test_sha256
+
     def _rebased(self, spec: StepSpec, record: EvidenceRecord) -> bool:
         for base in spec.rebased_on:
             newest = self.latest(base)
@@ -242,6 +251,10 @@ class Workflow:
             if spec.current_tree and good.tree_hash != self.tree_hash:
                 status.status = "stale"
                 status.evidence = f"{good.summary} (on an earlier state of the code; the tree changed since)"
+            elif spec.step == Step.main_check and self._test_changed_since(good):
+                status.status = "stale"
+                status.evidence = (f"{good.summary} (the registered test has changed since it ran there: "
+                                   "check it on the ref again)")
             else:
                 status.status = "done"
         elif latest is not None and not self._rebased(spec, latest):

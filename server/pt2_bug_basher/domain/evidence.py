@@ -77,6 +77,8 @@ class MainCheckEvidence(EvidencePayload):
     exception_type: str | None = None
     category: str | None = None
     torch_file: str | None = None
+    test_file: str | None = None
+    test_sha256: str | None = Field(None, description="the registered test file's content when it ran on the ref")
 
 
 class LogsEvidence(EvidencePayload):

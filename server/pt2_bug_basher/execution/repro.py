@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -15,6 +14,7 @@ from pt2_bug_basher.analysis.suspects import exception_suspects
 from pt2_bug_basher.analysis.torch_logs import LoggedKernel, logged_kernels
 from pt2_bug_basher.analysis.verdict import FailureSummary, RunOutcome, RunVerdict, Verdict, tail_lines
 from pt2_bug_basher.case.store import CaseRecord, Store
+from pt2_bug_basher.domain.digest import file_digest
 from pt2_bug_basher.domain.errors import InvalidInput
 from pt2_bug_basher.domain.evidence import Suspect
 from pt2_bug_basher.execution.cpus import parallel_runs
@@ -92,12 +92,7 @@ class RunWithLogsResult(BaseModel):
     next_step: str
 
 
-def script_digest(script: Path) -> str | None:
-    """The SHA-256 of the script's content (None when it cannot be read)."""
-    try:
-        return hashlib.sha256(script.read_bytes()).hexdigest()
-    except OSError:
-        return None
+script_digest = file_digest
 
 
 def check_args(args: list[str] | None) -> list[str]:

@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 from pt2_bug_basher.analysis.compare import Failure, on_other_ref, same_failure
 from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.case.store import CaseRecord
+from pt2_bug_basher.domain.digest import file_digest
 from pt2_bug_basher.domain.errors import BugBasherError, InvalidInput
 from pt2_bug_basher.domain.evidence import MainCheckEvidence
 from pt2_bug_basher.domain.names import Step, ToolName
@@ -59,6 +60,7 @@ async def make_worktree(state: AppState, case_id: str, action: str = "create", r
     case = flow.case
     test = registered_test(flow)
     torch_from_repo = bool((case.env.get("torch") or {}).get("imported_from_repo"))
+    test_digest = file_digest(Path(case.repo) / test.test_file)  # the test as copied into the worktree
     created = await worktrees.create(state.store, case, ref, test.test_file, torch_from_repo, force=force)
     record = created.record
     cwd, env_add, notes = worktrees.run_environment(record)
@@ -77,7 +79,8 @@ async def make_worktree(state: AppState, case_id: str, action: str = "create", r
                            label=f"pytest on {ref}")
     result.run_id = ran.run_id
     retry = f'make_worktree(case_id="{case_id}", action="create", ref="{ref}")'
-    data = MainCheckEvidence(ref=ref, commit=record.commit, worktree=str(created.path), node_id=test.node_id)
+    data = MainCheckEvidence(ref=ref, commit=record.commit, worktree=str(created.path), node_id=test.node_id,
+                             test_file=test.test_file, test_sha256=test_digest)
     report = ran.report
     if report.collection_errors:
         err = report.collection_errors[0]
