@@ -64,8 +64,10 @@ async def test_graph_break_fails_in_eager_so_dynamo(module_config, tmp_path_fact
     copy = Path(data["script"])
     assert copy.is_relative_to(module_config.state_dir / "cases" / case_id) and copy.read_text() == original.read_text()
     table = rows(data)
-    assert all(table[(b, "script")] == "same failure" for b in
-               ("eager", "aot_eager", "aot_eager_decomp_partition", "inductor")), data["table"]
+    assert table[("eager", "script")] == "same failure", data["table"]
+    # Backends above eager fail the same way, or were not run once eager had failed (fewer cores than rungs).
+    assert all(table[(b, "script")] in ("same failure", "skipped") for b in
+               ("aot_eager", "aot_eager_decomp_partition", "inductor")), data["table"]
     assert data["first_failing"] == "eager" and data["layer"] == "Dynamo"
     assert table[("eager", "False")] == table[("eager", "True")] == "same failure"
     assert "not a dynamic-shapes problem" in data["dynamic_shapes"]

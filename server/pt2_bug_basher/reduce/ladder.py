@@ -107,7 +107,8 @@ def run_timeout(ref: Reference, factor: float = 4.0, floor: float = 60.0) -> flo
 class LadderRow(BaseModel):
     backend: str
     dynamic: str = Field(description="'script' (as the script sets it), 'True' or 'False'")
-    outcome: str = Field(description="same failure, different failure, passes, timeout, not compiled")
+    outcome: str = Field(description="same failure, different failure, passes, timeout, not compiled, or skipped "
+                                     "(a backend above eager once eager already fails the case's way)")
     match: str | None = Field(None, description="signature or exception: how it matched the case's failure")
     failure: str | None = None
     run_id: str
@@ -174,9 +175,14 @@ async def localize(
             argv += ["--dynamic", dynamic.lower()]
         return [*argv, "--", str(script), *ref.args]
 
+    dynamo_fails = anyio.Event()  # eager fails the case's way: the layer is Dynamo whatever runs after it
+
     async def rung(backend: str, dynamic: str) -> LadderRow:
         argv = command(backend, dynamic)
         async with limiter:
+            if dynamo_fails.is_set() and dynamic == "script" and backend != "eager":
+                return LadderRow(backend=backend, dynamic=dynamic, outcome="skipped", run_id="-", seconds=0.0,
+                                 failure="not run: backend='eager' already fails the case's way")
             started = time.monotonic()
             result = await execute(store, case, argv, tool="localize", cwd=cwd or script.parent, env_add=ref.env,
                                    timeout_s=timeout, progress=progress,
@@ -188,6 +194,8 @@ async def localize(
                         failure=None if not verdict.failed else describe(verdict)[:300], run_id=result.run_id,
                         seconds=round(time.monotonic() - started, 1))
         await progress(f"localize: backend={backend} dynamic={dynamic}: {row.outcome}")
+        if backend == "eager" and row.outcome == "same failure":
+            dynamo_fails.set()
         return row
 
     rows: dict[tuple[str, str], LadderRow] = {}
