@@ -101,3 +101,26 @@ def seed_test(store, case_id: str, test_file: str = "test/test_ops.py", class_na
         node_id=f"{test_file}::{class_name}::{method}", keyword=None, message="seeded",
         category="unknown", signature=None, exception_type=exception_type, frame=None,
     ))
+
+
+# A minimal PyTorch-style test file: a TestCase and the run_tests() guard.
+VALID_TEST_FILE = """\
+from torch.testing._internal.common_utils import TestCase, run_tests
+
+
+class TestSomething(TestCase):
+    def test_it(self):
+        pass
+
+
+if __name__ == "__main__":
+    run_tests()
+"""
+
+
+async def call(mini: Mini, tool: str, **arguments):
+    """One tool call through a real in-process client of the mini case's server."""
+    from mcp import Client
+
+    async with Client(mini.server) as client:
+        return await client.call_tool(tool, arguments)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import EXAMPLES
-from conftest_checkout import Mini, seed_test
+from conftest_checkout import VALID_TEST_FILE, Mini, call, seed_test
 from mcp import Client
 
 from pt2_bug_basher.domain.evidence import (
@@ -37,22 +37,7 @@ DYNAMO_INTERNAL_TEXT = """Traceback (most recent call last):
     f(x)
 torch._dynamo.exc.InternalTorchDynamoError: AttributeError: 'NoneType' object has no attribute 'items'
 """
-TEST_FILE = """from torch.testing._internal.common_utils import TestCase, run_tests
-
-
-class TestSomething(TestCase):
-    def test_it(self):
-        pass
-
-
-if __name__ == "__main__":
-    run_tests()
-"""
-
-
-async def call(mini: Mini, tool: str, **arguments):
-    async with Client(mini.server) as client:
-        return await client.call_tool(tool, arguments)
+TEST_FILE = VALID_TEST_FILE
 
 
 async def ok(mini: Mini, tool: str, **arguments) -> dict:

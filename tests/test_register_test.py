@@ -6,8 +6,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest_checkout import LARGE_TEST, Mini
-from mcp import Client
+from conftest_checkout import LARGE_TEST, VALID_TEST_FILE, Mini, call
 from torch_checkout import add_test
 
 from pt2_bug_basher.domain.errors import InvalidInput
@@ -16,23 +15,7 @@ from pt2_bug_basher.execution.pytest.static_checks import check_test_file, split
 
 pytestmark = pytest.mark.anyio
 
-VALID_FILE = """\
-from torch.testing._internal.common_utils import TestCase, run_tests
-
-
-class TestSomething(TestCase):
-    def test_it(self):
-        pass
-
-
-if __name__ == "__main__":
-    run_tests()
-"""
-
-
-async def call(mini: Mini, tool: str, **arguments):
-    async with Client(mini.server) as client:
-        return await client.call_tool(tool, arguments)
+VALID_FILE = VALID_TEST_FILE
 
 
 def error_text(result) -> str:
