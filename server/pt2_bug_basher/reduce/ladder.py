@@ -108,7 +108,7 @@ class LadderRow(BaseModel):
     backend: str
     dynamic: str = Field(description="'script' (as the script sets it), 'True' or 'False'")
     outcome: str = Field(description="same failure, different failure, passes, timeout, not compiled, or skipped "
-                                     "(a backend above eager once eager already fails the case's way)")
+                                     "(a backend above the lowest one that fails the case's way)")
     match: str | None = Field(None, description="signature or exception: how it matched the case's failure")
     failure: str | None = None
     run_id: str
@@ -175,14 +175,9 @@ async def localize(
             argv += ["--dynamic", dynamic.lower()]
         return [*argv, "--", str(script), *ref.args]
 
-    dynamo_fails = anyio.Event()  # eager fails the case's way: the layer is Dynamo whatever runs after it
-
     async def rung(backend: str, dynamic: str) -> LadderRow:
         argv = command(backend, dynamic)
         async with limiter:
-            if dynamo_fails.is_set() and dynamic == "script" and backend != "eager":
-                return LadderRow(backend=backend, dynamic=dynamic, outcome="skipped", run_id="-", seconds=0.0,
-                                 failure="not run: backend='eager' already fails the case's way")
             started = time.monotonic()
             result = await execute(store, case, argv, tool="localize", cwd=cwd or script.parent, env_add=ref.env,
                                    timeout_s=timeout, progress=progress,
@@ -194,14 +189,34 @@ async def localize(
                         failure=None if not verdict.failed else describe(verdict)[:300], run_id=result.run_id,
                         seconds=round(time.monotonic() - started, 1))
         await progress(f"localize: backend={backend} dynamic={dynamic}: {row.outcome}")
-        if backend == "eager" and row.outcome == "same failure":
-            dynamo_fails.set()
         return row
 
     rows: dict[tuple[str, str], LadderRow] = {}
+    scopes: dict[tuple[str, str], anyio.CancelScope] = {}
+
+    def skip_above_first_failing() -> None:
+        """Once the lowest backend that fails the case's way is known (every one below it ran and did not),
+        the layer is decided: the backends above it are not run (or stopped)."""
+        for index, backend in enumerate(BACKENDS):
+            row = rows.get((backend, "script"))
+            if row is None:
+                return
+            if row.outcome == "same failure":
+                for higher in BACKENDS[index + 1:]:
+                    if (higher, "script") not in rows:
+                        scopes[(higher, "script")].cancel()
+                return
 
     async def put(backend: str, dynamic: str) -> None:
-        rows[(backend, dynamic)] = await rung(backend, dynamic)
+        with anyio.CancelScope() as scope:
+            scopes[(backend, dynamic)] = scope
+            rows[(backend, dynamic)] = await rung(backend, dynamic)
+            skip_above_first_failing()
+        if scope.cancelled_caught:
+            first = next(b for b in BACKENDS if (row := rows.get((b, "script"))) and row.outcome == "same failure")
+            rows[(backend, dynamic)] = LadderRow(
+                backend=backend, dynamic=dynamic, outcome="skipped", run_id="-", seconds=0.0,
+                failure=f"not run: backend='{first}' below it already fails the case's way")
 
     await progress(f"localize: {len(BACKENDS)} backends, {limiter.total_tokens:.0f} at a time")
     async with anyio.create_task_group() as group:
