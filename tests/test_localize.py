@@ -124,6 +124,19 @@ async def test_accuracy_failure_only_in_inductor(module_config):
             await client.call_tool("waive_step", {"case_id": case_id, "step": step,
                                                   "reason": "localisation test: no unit test needed"})
         collected = await client.call_tool("collect_debug_artifacts", {"case_id": case_id})
+
+        # A budget returns the deepest result reached, and progress is reported as trials finish.
+        said: list[str] = []
+
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            said.append(message or "")
+
+        short = (await client.call_tool("localize", {"case_id": case_id, "bisect_budget_s": 1},
+                                        progress_callback=on_progress)).structured_content
+    assert short["layer"] == "Inductor" and short["bisection"]["budget_exhausted"], short["bisection"]
+    assert "skipped" in {t["outcome"] for t in short["bisection"]["trials"]}
+    assert "budget ran out" in short["bisection"]["meaning"]
+    assert any(m.startswith("bisect") for m in said), said
     assert not collected.is_error, collected.content[0].text
     artifacts = collected.structured_content
     failure = artifacts["failure"]

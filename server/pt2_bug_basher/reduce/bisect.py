@@ -33,7 +33,7 @@ from pt2_bug_basher.domain.bisection import Application, BisectReport, BisectTri
 from pt2_bug_basher.domain.errors import BugBasherError
 from pt2_bug_basher.execution.cpus import usable_cpus
 from pt2_bug_basher.execution.runner import run_captured
-from pt2_bug_basher.execution.runs import CACHE_ENV, ProgressFn, RunResult, execute
+from pt2_bug_basher.execution.runs import CACHE_ENV, PROGRESS_INTERVAL_S, ProgressFn, RunResult, execute
 from pt2_bug_basher.reduce.evaluate import ForkServerEvaluator
 from pt2_bug_basher.reduce.ladder import LAUNCHER, PROBES, Reference, run_timeout
 
@@ -179,7 +179,7 @@ class _Trials:
                 return trial, []
             started = time.monotonic()
             if self.forked is not None:
-                result = await self._forked_run(argv, steer)
+                result = await self._forked_run(argv, steer, label)
             else:
                 result = await execute(self.store, self.case, argv, tool="localize", cwd=self.cwd,
                                        env_add={**self.shared_env, **steer}, timeout_s=self.timeout,
@@ -201,7 +201,13 @@ class _Trials:
         self.last_calls = parse_calls(stderr)
         return trial, parse_trace(stderr, sub.name)
 
-    async def _forked_run(self, argv: list[str], steer: dict[str, str]) -> RunResult:
+    async def _tick(self, label: str, scope: anyio.CancelScope) -> None:
+        started = time.monotonic()
+        while not scope.cancel_called:
+            await anyio.sleep(PROGRESS_INTERVAL_S)
+            await self.progress(f"{label}: running for {time.monotonic() - started:.0f}s")
+
+    async def _forked_run(self, argv: list[str], steer: dict[str, str], label: str) -> RunResult:
         """A trial in a child forked from the warm server: a separate process, recorded as its own run
         (its argv says it was forked, from which server run)."""
         assert self.forked is not None
@@ -212,9 +218,12 @@ class _Trials:
         self.store.start_run(self.case.case_id, "localize", recorded, str(self.cwd), {**self.shared_env, **steer},
                              str(stdout), str(stderr), os.getpid(), run_id=run_id)
         try:
-            result = await self.forked.run(self.script, self.ref.args, cwd=self.cwd, out_dir=run_dir,
-                                           timeout_s=self.timeout,
-                                           options={"backend": self.backend, "env": steer, "bisect_trace": True})
+            async with anyio.create_task_group() as group:
+                group.start_soon(self._tick, label, group.cancel_scope)
+                result = await self.forked.run(self.script, self.ref.args, cwd=self.cwd, out_dir=run_dir,
+                                               timeout_s=self.timeout,
+                                               options={"backend": self.backend, "env": steer, "bisect_trace": True})
+                group.cancel_scope.cancel()
         except BaseException:
             self.store.finish_run(run_id, "cancelled", None, None)
             raise
