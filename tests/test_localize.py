@@ -148,3 +148,41 @@ async def test_accuracy_failure_only_in_inductor(module_config):
     assert kernel["aten_ops"] == ["aten.relu.default", "aten.mul.Tensor"]
     assert "auto tmp1 = tmp0 + decltype(tmp0)(1);" in kernel["excerpt"]
     assert "localize found only backend='inductor' wrong" in artifacts["next_step"]
+
+
+RANDOM_MISMATCH = '''\
+import torch
+
+
+def f(x):
+    return x + torch.rand_like(x)
+
+
+if __name__ == "__main__":
+    x = torch.zeros(64)
+    torch.manual_seed(0)
+    expected = f(x)
+    torch.manual_seed(0)
+    torch.testing.assert_close(torch.compile(f)(x), expected)
+'''
+
+
+@pytest.mark.slow
+async def test_a_config_switch_that_fixes_it_names_the_knob_and_what_it_means(module_config):
+    """Inductor draws random numbers its own way: switching on fallback_random fixes the mismatch, which is
+    expected behaviour, not a bug; the suspect is the knob itself."""
+    (module_config.default_repo / "examples" / "random_mismatch.py").write_text(RANDOM_MISMATCH)
+    async with Client(create_server(module_config)) as client:
+        case_id = await reproduced(client, module_config, "random_mismatch.py")
+        data = (await client.call_tool("localize", {"case_id": case_id})).structured_content
+    assert data["layer"] == "Inductor", data["table"]
+    bisection = data["bisection"]
+    assert bisection["kind"] == "config" and bisection["subsystem"] == "inductor_fallback_random", bisection
+    assert "expected, not a bug" in bisection["meaning"]
+    # the bisector's order: the passes before it were each switched off and did not fix it
+    outcomes = {t["subsystem"]: t["outcome"] for t in bisection["trials"]}
+    assert outcomes["inductor_fallback_random"] == "fixed"
+    assert all(outcomes[p] == "same failure" for p in ("pre_grad_passes", "joint_graph_passes", "post_grad_passes"))
+    [knob] = data["suspects"]
+    assert knob["file"] == "torch/_inductor/config.py" and knob["function"] == "torch._inductor.config.fallback_random"
+    assert torch_file(knob["file"]).read_text().splitlines()[knob["line"] - 1].startswith("fallback_random")
