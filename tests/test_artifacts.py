@@ -385,8 +385,9 @@ async def test_artifact_resources_stay_in_the_case(session):
 
 @pytest.mark.anyio
 async def test_bad_input_is_a_tool_error(session, tmp_path_factory):
-    outside = tmp_path_factory.mktemp("outside") / "repro.py"
-    outside.write_text("print('hi')\n")
+    # A .py file outside the roots runs from a copy the case keeps; anything else there is refused.
+    outside = tmp_path_factory.mktemp("outside") / "repro.sh"
+    outside.write_text("echo hi\n")
     tlparse_run = session.results["again"]["trace"]["tlparse_run_id"]
     async with Client(create_server(session.config)) as client:
         async def call(**arguments: Any):
@@ -395,7 +396,7 @@ async def test_bad_input_is_a_tool_error(session, tmp_path_factory):
         unknown = await call(run_id="run-20200101-deadbeef")
         assert unknown.is_error and "unknown run_id 'run-20200101-deadbeef'" in unknown.content[0].text
         escaped = await call(script=str(outside))
-        assert escaped.is_error and "outside the allowed roots" in escaped.content[0].text
+        assert escaped.is_error and "outside the case's repository and the allowed roots" in escaped.content[0].text
         missing = await call(script=str(session.repo / "nope.py"))
         assert missing.is_error and "does not exist" in missing.content[0].text
         both = await call(script=str(session.repo / "model.py"), run_id=session.results["model"]["run_id"])

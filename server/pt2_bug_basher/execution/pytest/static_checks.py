@@ -236,7 +236,7 @@ def test_file_hint(repo: Path, category: str | None, layer: str | None, limit: i
         return f"Better homes for {subject}: " + ", ".join(choice.present[:limit]) + "."
     return (f"None of the topical test files for {subject} exists in this checkout; upstream PyTorch keeps such "
             f"tests in {choice.upstream} (not present here): create {choice.upstream} with the test (a "
-            "TestCase class and `if __name__ == \"__main__\": run_tests()`), as upstream has it.")
+            "TestCase class and the usual main guard that runs the file's tests), as upstream has it.")
 
 
 def new_test_file_note(repo: Path, test_file: str, category: str | None, layer: str | None) -> str:
