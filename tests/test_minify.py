@@ -223,3 +223,43 @@ def test_minimality_is_judged_from_the_source():
         assert judged.minimal == (ops == 1), (source, judged)
     unknown = judge("import torch\nimport re\nm = make()\nre.compile('x')\ntorch.compile(m)(torch.ones(2))")
     assert not unknown.minimal and unknown.compiled_ops is None and "m" in (unknown.why_not or "")
+
+
+def test_dead_code_goes_in_one_candidate_until_nothing_more_is_dead():
+    from pt2_bug_basher.reduce.source import without_dead_code
+
+    source = textwrap.dedent('''
+        """docstring"""
+        import json, os
+        from math import sqrt, pi
+        import torch
+        SIZE = 4
+        UNUSED = 3
+
+        def describe(m):
+            return json.dumps(m)
+
+        class Block:
+            def helper(self):
+                return self.other()
+
+        def f(x):
+            return x.sin() * pi
+
+        if __name__ == "__main__":
+            block = Block()
+            torch.compile(f)(torch.ones(SIZE))
+    ''')
+    reduced = without_dead_code(source)
+    assert reduced is not None
+    # chained: `block` is dead, so Block is; describe is dead, so json is
+    for gone in ("docstring", "json", "os", "sqrt", "UNUSED", "describe", "Block", "block"):
+        assert gone not in reduced, (gone, reduced)
+    for kept in ("from math import pi", "import torch", "SIZE = 4", "def f(x)", "torch.compile(f)"):
+        assert kept in reduced, (kept, reduced)
+    assert without_dead_code(reduced) is None
+    # a star import or a statement with effects stays; a dead body becomes `pass`
+    effects = "from torch import *\nimport os\nos.environ['A'] = '1'\nif True:\n    unused = 1\n"
+    after = without_dead_code(effects)
+    assert after is not None and "from torch import *" in after and "os.environ" in after
+    assert "unused" not in after and "pass" in after

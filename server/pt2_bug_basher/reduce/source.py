@@ -6,7 +6,10 @@ failure: `analysis.compare.same_failure` at 'signature' or 'exception' level):
 1. statements — delta debugging over every statement list (module, class and function bodies,
    `if __name__ == "__main__":` ...), outermost first; the removal candidates of one granularity
    are evaluated in parallel windows and the first that still fails (in order) is taken, so the
-   result does not depend on timing;
+   result does not depend on timing. Before it and after each statement list, one candidate
+   drops all dead code at once (imports, functions, classes and assignments whose names nothing
+   reads, and bare string statements), repeated until nothing more is dead: what a removal
+   deep in the script made unused goes without another pass over the outer lists;
 2. pysource-minimize — the library's own fine-grained pass (expressions, arguments, names), whose
    checker calls back into the same cached, budgeted predicate;
 3. constants — integer literals (tensor shapes, sizes, counts) are tried at 1, 2 and half their
@@ -198,15 +201,28 @@ class SourceReducer:
         return self.best if self.best is not None and len(self.best) <= len(current) else current
 
     async def remove_statements(self, source: str) -> str:
-        current = source
+        current = await self.remove_dead_code(source)
         k = 0
         while not self.out_of_budget():
             bodies = _bodies(ast.parse(current))
             if k >= len(bodies):
                 break
-            current = await self._ddmin_body(current, k)
+            reduced = await self._ddmin_body(current, k)
+            if reduced != current:
+                before = len(_bodies(ast.parse(reduced)))
+                reduced = await self.remove_dead_code(reduced)
+                # lists that went with the dead code may have come before this one: step back as many
+                # (a list done twice costs time, a list skipped would cost size)
+                k = max(-1, k - (before - len(_bodies(ast.parse(reduced)))))
+            current = reduced
             k += 1
         return current
+
+    async def remove_dead_code(self, source: str) -> str:
+        candidate = without_dead_code(source)
+        if candidate is None or self.out_of_budget():
+            return source
+        return candidate if await self.interesting(candidate) else source
 
     async def _ddmin_body(self, source: str, k: int) -> str:
         current = source
@@ -290,6 +306,56 @@ def _bodies(tree: ast.AST) -> list[tuple[ast.AST, list[ast.stmt]]]:
 
     visit(tree)
     return found
+
+
+def without_dead_code(source: str) -> str | None:
+    """The source without what nothing reads: imports, functions, classes and plain-name assignments
+    whose names are never loaded, and bare string statements, repeated until none is left (class
+    bodies are kept whole: their methods are reached by attribute). None when nothing is dead."""
+    tree = ast.parse(source)
+    changed = False
+    while True:
+        loaded = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Store)}
+        removed = False
+        for owner, stmts in _bodies(tree):
+            if isinstance(owner, ast.ClassDef):
+                continue
+            kept: list[ast.stmt] = []
+            for stmt in stmts:
+                live = _live_part(stmt, loaded)
+                if live is None:
+                    removed = True
+                    continue
+                kept.append(live)
+            if not kept:
+                kept.append(ast.Pass())
+            stmts[:] = kept
+        if not removed:
+            break
+        changed = True
+    return ast.unparse(tree) + "\n" if changed else None
+
+
+def _live_part(stmt: ast.stmt, loaded: set[str]) -> ast.stmt | None:
+    """stmt, or the part of it whose names something reads; None when all of it is dead."""
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str):
+        return None
+    if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+        if any(alias.name == "*" for alias in stmt.names):
+            return stmt
+        used = [alias for alias in stmt.names if (alias.asname or alias.name.split(".")[0]) in loaded]
+        if not used:
+            return None
+        if len(used) != len(stmt.names):
+            stmt.names = used
+        return stmt
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return stmt if stmt.name in loaded else None
+    if isinstance(stmt, ast.Assign) and all(isinstance(t, ast.Name) for t in stmt.targets):
+        return stmt if any(t.id in loaded for t in stmt.targets if isinstance(t, ast.Name)) else None
+    if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+        return stmt if stmt.target.id in loaded else None
+    return stmt
 
 
 def _is_pass(stmt: ast.stmt) -> bool:
