@@ -29,18 +29,16 @@ import anyio
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "server"))
 
+from mcp import Client  # noqa: E402
+
+from pt2_bug_basher.case.config import ServerConfig  # noqa: E402
 from pt2_bug_basher.case.store import Store  # noqa: E402
-from pt2_bug_basher.execution.environment import start_case  # noqa: E402
-from pt2_bug_basher.execution.repro import run_repro  # noqa: E402
 from pt2_bug_basher.execution.runner import run_process  # noqa: E402
 from pt2_bug_basher.execution.runs import execute  # noqa: E402
+from pt2_bug_basher.mcp_server.server import create_server  # noqa: E402
 from pt2_bug_basher.reduce.evaluate import ForkServerEvaluator  # noqa: E402
 from pt2_bug_basher.reduce.fx import _ENV_LINE, FX_DRIVER, _newest_launcher, check_string, repro_level  # noqa: E402
 from pt2_bug_basher.reduce.ladder import load_reference  # noqa: E402
-
-
-async def nothing(_message: str) -> None:
-    return None
 
 
 def final_nodes(text: str) -> int | None:
@@ -64,11 +62,14 @@ async def main() -> None:
         repo.mkdir()
         script = repo / Path(opts.script).name
         shutil.copyfile(opts.script, script)
-        store = Store(tmp / "state")
-        case = store.get_case((await start_case(store, repo, python=sys.executable)).case_id)
-        rep = await run_repro(store, case, script, args=[], logs_spec=None, repeat=2, trace=False, env_add={},
-                              timeout_s=300, cwd=None, progress=nothing, main_check_done=False)
-        assert rep.reproduced, rep.failure
+        config = ServerConfig(state_dir=tmp / "state", default_repo=repo, allowed_roots=(tmp,))
+        async with Client(create_server(config)) as client:  # the case reproduced as an agent would
+            started = await client.call_tool("check_env", {"python": sys.executable})
+            case_id = started.structured_content["case_id"]
+            rep = await client.call_tool("run_with_logs", {"case_id": case_id, "repeat": 2, "script": str(script)})
+            assert rep.structured_content["reproduced"], rep.structured_content
+        store = Store(config.state_dir)
+        case = store.get_case(case_id)
         ref = load_reference(store, case)
         level = repro_level(ref)
         dump_dir = tmp / "dump"

@@ -21,9 +21,9 @@ import anyio
 from mcp import Client
 
 from pt2_bug_basher.case.config import ServerConfig
-from pt2_bug_basher.execution.environment import start_case
 from pt2_bug_basher.execution.runs import BASE_ENV
 from pt2_bug_basher.mcp_server.server import create_server
+from pt2_bug_basher.steps.environment import start_case
 
 ROOT = Path(__file__).resolve().parents[1]
 DYNAMO_SCRIPT = ROOT / "examples" / "recompile_limit.py"

@@ -5,7 +5,7 @@ Same repro, same predicate (fails with the case's failure: `reduction.compare`),
 * baseline: `pysource_minimize.minimize(source, checker)`, the checker running each candidate as
   `python candidate.py` in a new process, one at a time, no cache;
 * ours: `SourceReducer` (parallel statement pass, pysource-minimize, constants) on the fork
-  server, `cores()` candidates at a time, cached by content.
+  server, `usable_cpus()` candidates at a time, cached by content.
 
 Prints candidate evaluations, evaluations per second, final size and time for each, side by side,
 and the ratios. The machine may be shared: run it when it is quiet, and read both columns.
@@ -26,11 +26,15 @@ import anyio
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "server"))
 
+from mcp import Client  # noqa: E402
+
+from pt2_bug_basher.analysis.compare import RERUN, run_failure, same_failure  # noqa: E402
+from pt2_bug_basher.case.config import ServerConfig  # noqa: E402
 from pt2_bug_basher.case.store import Store  # noqa: E402
-from pt2_bug_basher.execution.environment import start_case  # noqa: E402
-from pt2_bug_basher.execution.repro import run_repro  # noqa: E402
+from pt2_bug_basher.execution.cpus import usable_cpus  # noqa: E402
+from pt2_bug_basher.mcp_server.server import create_server  # noqa: E402
 from pt2_bug_basher.reduce.evaluate import ForkServerEvaluator, FreshEvaluator  # noqa: E402
-from pt2_bug_basher.reduce.ladder import compare, cores, load_reference, run_timeout, verdict_of  # noqa: E402
+from pt2_bug_basher.reduce.ladder import load_reference, run_timeout  # noqa: E402
 from pt2_bug_basher.reduce.source import SourceReducer, normalise_source, size_of  # noqa: E402
 
 
@@ -43,12 +47,14 @@ async def setup(tmp: Path, script_src: Path):
     repo.mkdir()
     script = repo / script_src.name
     shutil.copyfile(script_src, script)
-    store = Store(tmp / "state")
-    started = await start_case(store, repo, python=sys.executable)
-    case = store.get_case(started.case_id)
-    result = await run_repro(store, case, script, args=[], logs_spec=None, repeat=2, trace=False, env_add={},
-                             timeout_s=300, cwd=None, progress=nothing, main_check_done=False)
-    assert result.reproduced, result.failure
+    config = ServerConfig(state_dir=tmp / "state", default_repo=repo, allowed_roots=(tmp,))
+    async with Client(create_server(config)) as client:  # the case reproduced as an agent would
+        env = await client.call_tool("check_env", {"python": sys.executable})
+        case_id = env.structured_content["case_id"]
+        run = await client.call_tool("run_with_logs", {"case_id": case_id, "repeat": 2, "script": str(script)})
+        assert run.structured_content["reproduced"], run.structured_content
+    store = Store(config.state_dir)
+    case = store.get_case(case_id)
     return store, case, load_reference(store, case), script
 
 
@@ -70,7 +76,7 @@ async def baseline(store, case, ref, script: Path, budget: float, work: Path) ->
         result = await evaluator.run(path, ref.args, cwd=script.parent, out_dir=cand,
                                      timeout_s=run_timeout(ref, 3.0, 30.0), extra_path=[str(script.parent)])
         state["evals"] += 1
-        ok = compare(verdict_of(result), ref) in ("signature", "exception")
+        ok = same_failure(run_failure(result), ref.failure, RERUN).level in ("signature", "exception")
         if ok and (state["best"] is None or len(source) < len(state["best"])):
             state["best"] = source
         return ok
@@ -95,7 +101,7 @@ async def baseline(store, case, ref, script: Path, budget: float, work: Path) ->
 async def ours(store, case, ref, script: Path, budget: float, work: Path) -> dict:
     started = time.monotonic()
     async with anyio.create_task_group() as group:
-        evaluator = ForkServerEvaluator(store, case, ref.env, work, parallel=cores())
+        evaluator = ForkServerEvaluator(store, case, ref.env, work, parallel=usable_cpus())
         await evaluator.start(group)
         reducer = SourceReducer(ref, evaluator, work, cwd=script.parent, name=script.name,
                                 timeout_s=run_timeout(ref, 3.0, 30.0), deadline=started + budget, progress=nothing)
@@ -118,7 +124,7 @@ async def main() -> None:
         tmp = Path(tmp_name)
         store, case, ref, script = await setup(tmp, Path(opts.script))
         print(f"repro {script.name}: {size_of(script.read_text())}, one run {ref.duration_s:.1f}s, "
-              f"signature {ref.signature}; budget {opts.budget:.0f}s each, {cores()} cores")
+              f"signature {ref.signature}; budget {opts.budget:.0f}s each, {usable_cpus()} cores")
         b = await baseline(store, case, ref, script, opts.budget, tmp / "baseline")
         o = await ours(store, case, ref, script, opts.budget, tmp / "ours")
     rate_b, rate_o = b["evals"] / b["wall"], o["evals"] / o["wall"]
