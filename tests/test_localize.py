@@ -72,6 +72,8 @@ async def test_graph_break_fails_in_eager_so_dynamo(module_config, tmp_path_fact
     assert table[("eager", "False")] == table[("eager", "True")] == "same failure"
     assert "not a dynamic-shapes problem" in data["dynamic_shapes"]
     assert 'mode="source"' in data["minifier"] and "minify(" in data["next_step"]
+    # a few statements, a few ops: the step suggests the budget-capped auto mode, not a full source reduction
+    assert "small already" in data["next_step"] and 'mode="auto"' in data["next_step"], data["next_step"]
     # exact signatures hold for a Dynamo error whatever the backend
     assert data["comparison"] == "exact signature"
     assert len(result.content[0].text) < 8000

@@ -263,3 +263,31 @@ def test_dead_code_goes_in_one_candidate_until_nothing_more_is_dead():
     after = without_dead_code(effects)
     assert after is not None and "from torch import *" in after and "os.environ" in after
     assert "unused" not in after and "pass" in after
+
+
+async def test_a_small_repro_gets_a_short_source_reduction(module_config):
+    """Seven statements, five ops: auto mode reduces the source, with the short budget and a note saying why."""
+    script = module_config.default_repo / "examples" / "graph_break_fullgraph.py"
+    async with Client(create_server(module_config)) as client:
+        case_id = await reproduced(client, script)
+        result = await client.call_tool("minify", {"case_id": case_id, "mode": "auto", "budget_s": 600})
+    assert not result.is_error, result.content[0].text
+    data = result.structured_content
+    assert data["mode"] == "source" and data["budget_s"] == 120, data
+    assert any("small already" in note for note in data["notes"]), data["notes"]
+    assert data["confirmed"] and data["seconds"] <= 120 + 5, data
+    runs = Store(module_config.state_dir).runs(case_id)
+    [server] = [run for run in runs if "forkserver.py" in " ".join(run.argv)]
+    # backend="eager" only: Dynamo is imported once in the server, Inductor never
+    assert server.argv[-2:] == ["torch", "torch._dynamo"], server.argv
+
+
+def test_the_reducer_preloads_inductor_only_for_scripts_that_may_reach_it():
+    from pt2_bug_basher.reduce.minify import reducer_preload
+
+    inductor = ("torch", "torch._dynamo", "torch._inductor.compile_fx")
+    assert reducer_preload("torch.compile(f)(x)") == inductor
+    assert reducer_preload("torch.compile(f, backend='inductor')(x)") == inductor
+    assert reducer_preload("torch.compile(f, backend='eager')\ntorch.compile(g, backend=\"inductor\")") == inductor
+    assert reducer_preload("torch.compile(f, backend='aot_eager', fullgraph=True)") == inductor[:2]
+    assert reducer_preload("torch._dynamo.optimize('eager')(f)") == inductor[:2]

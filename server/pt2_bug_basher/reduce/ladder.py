@@ -284,9 +284,14 @@ async def localize(
         case_id=cid, script=str(script), case_signature=ref.signature, table=table, first_failing=first,
         layer=layer, meaning=meaning, dynamic_shapes=dynamic_text, comparison=comparison, minifier=minify_call,
         notes=notes, dynamo=dynamo, suspects=suspects,
-        next_step=f"Reduce it: {minify_call} (mode=\"auto\" picks the same from this localisation).",
+        next_step=f'Reduce it: minify(case_id="{cid}", mode="auto") (from this localisation it runs {minify_call}).',
     )
     judged = minimal.judge(script.read_text(errors="replace"))
+    if judged.small and not judged.minimal and 'mode="source"' in minify_call:
+        result.next_step = (f"The repro is small already ({judged.describe()}): "
+                            f'minify(case_id="{cid}", mode="auto") polishes it in at most '
+                            f"{minimal.SMALL_BUDGET_S:.0f} s and completes step 3 ({minify_call} would take "
+                            "the whole budget).")
     if judged.minimal:
         result.next_step = (f"The repro is already minimal ({judged.describe()}): "
                             f'minify(case_id="{cid}") records that and completes step 3 without reducing '

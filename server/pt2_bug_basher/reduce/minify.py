@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 import shutil
 import time
 from pathlib import Path
@@ -145,6 +146,11 @@ async def run_minify(store: Store, case: CaseRecord, ref: Reference, script: Pat
             return done
         judged_note = f"not already minimal: {judged.why_not}"
         mode, after, why = pick_mode(store, case, ref)
+        if mode == "source" and judged.small and budget_s > minimal.SMALL_BUDGET_S:
+            judged_note += (f"; small already ({judged.describe()}), so the source reducer only polishes it and "
+                            f"gets {minimal.SMALL_BUDGET_S:.0f} s of the {budget_s:.0f} s budget "
+                            "(mode=\"source\" takes the whole budget)")
+            budget_s = minimal.SMALL_BUDGET_S
     stamp = time.strftime("%Y%m%d-%H%M%S")
     work = store.case_dir(case.case_id) / "minify" / f"{mode}-{stamp}-{time.monotonic_ns() % 10**6}"
     result = MinifyResult(case_id=case.case_id, mode=mode, why_mode=why, script=str(script), budget_s=budget_s,
@@ -236,6 +242,19 @@ async def _fx(store, case, ref, script, after, budget_s, progress, work, result:
         result.notes.append(out.problem)
 
 
+_BACKEND_LITERAL = re.compile(r"""backend\s*=\s*['"]([\w.]+)['"]|optimize\(\s*['"]([\w.]+)['"]""")
+_NO_INDUCTOR_BACKENDS = {"eager", "aot_eager", "aot_eager_decomp_partition"}
+
+
+def reducer_preload(source: str) -> tuple[str, ...]:
+    """What the reducer's fork server imports once instead of every candidate: torch and Dynamo always, and
+    Inductor's compile_fx unless every backend the script names is one that never reaches Inductor."""
+    named = {a or b for a, b in _BACKEND_LITERAL.findall(source)}
+    if named and named <= _NO_INDUCTOR_BACKENDS:
+        return ("torch", "torch._dynamo")
+    return ("torch", "torch._dynamo", "torch._inductor.compile_fx")
+
+
 async def _source(store, case, ref, script, budget_s, progress, work, result: MinifyResult, cwd) -> None:
     from pt2_bug_basher.reduce.evaluate import ForkServerEvaluator, FreshEvaluator, case_cuda_available, fork_unsafe
     from pt2_bug_basher.reduce.source import SourceReducer, size_of
@@ -257,7 +276,8 @@ async def _source(store, case, ref, script, budget_s, progress, work, result: Mi
             result.notes.append("the repro uses CUDA: candidates run in fresh processes, not forked ones")
             evaluator: FreshEvaluator | ForkServerEvaluator = FreshEvaluator(case, ref.env)
         else:
-            forked = ForkServerEvaluator(store, case, ref.env, work, parallel=usable_cpus())
+            forked = ForkServerEvaluator(store, case, ref.env, work, parallel=usable_cpus(),
+                                         preload=reducer_preload(original))
             evaluator = forked
             try:
                 await forked.start(group)

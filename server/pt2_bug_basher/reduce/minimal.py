@@ -14,6 +14,10 @@ from dataclasses import dataclass, field
 
 MAX_STATEMENTS = 10
 MAX_COMPILED_OPS = 1
+# Small, though not minimal: a reduction can only polish it, so it gets a short budget.
+SMALL_STATEMENTS = 16
+SMALL_COMPILED_OPS = 8
+SMALL_BUDGET_S = 120.0
 _COMPILERS = {"compile", "optimize", "optimize_assert"}
 
 Body = ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
@@ -31,6 +35,12 @@ class Minimality:
     @property
     def minimal(self) -> bool:
         return self.why_not is None
+
+    @property
+    def small(self) -> bool:
+        """Minimal, or close: few statements and few compiled ops."""
+        return 0 <= self.statements <= SMALL_STATEMENTS and self.compiled_ops is not None \
+            and self.compiled_ops <= SMALL_COMPILED_OPS
 
     def describe(self) -> str:
         ops = "compiled code not found" if self.compiled_ops is None else (
