@@ -1,11 +1,12 @@
 """The source reducer against a straightforward sequential pysource-minimize over fresh processes.
 
-Same repro, same predicate (fails with the case's failure: `reduction.compare`), same time budget:
+Same repro, same predicate (fails with the case's failure: `analysis.compare.same_failure`), same budget:
 
 * baseline: `pysource_minimize.minimize(source, checker)`, the checker running each candidate as
   `python candidate.py` in a new process, one at a time, no cache;
-* ours: `SourceReducer` (parallel statement pass, pysource-minimize, constants) on the fork
-  server, `usable_cpus()` candidates at a time, cached by content.
+* ours: `SourceReducer` (dead code, parallel statement pass, pysource-minimize, constants) on the
+  fork server (torch and Dynamo imported once, as minify does), `usable_cpus()` candidates at a
+  time, cached by content.
 
 Prints candidate evaluations, evaluations per second, final size and time for each, side by side,
 and the ratios. The machine may be shared: run it when it is quiet, and read both columns.
@@ -35,6 +36,7 @@ from pt2_bug_basher.execution.cpus import usable_cpus  # noqa: E402
 from pt2_bug_basher.mcp_server.server import create_server  # noqa: E402
 from pt2_bug_basher.reduce.evaluate import ForkServerEvaluator, FreshEvaluator  # noqa: E402
 from pt2_bug_basher.reduce.ladder import load_reference, run_timeout  # noqa: E402
+from pt2_bug_basher.reduce.minify import reducer_preload  # noqa: E402
 from pt2_bug_basher.reduce.source import SourceReducer, normalise_source, size_of  # noqa: E402
 
 
@@ -101,7 +103,8 @@ async def baseline(store, case, ref, script: Path, budget: float, work: Path) ->
 async def ours(store, case, ref, script: Path, budget: float, work: Path) -> dict:
     started = time.monotonic()
     async with anyio.create_task_group() as group:
-        evaluator = ForkServerEvaluator(store, case, ref.env, work, parallel=usable_cpus())
+        evaluator = ForkServerEvaluator(store, case, ref.env, work, parallel=usable_cpus(),
+                                        preload=reducer_preload(script.read_text()))
         await evaluator.start(group)
         reducer = SourceReducer(ref, evaluator, work, cwd=script.parent, name=script.name,
                                 timeout_s=run_timeout(ref, 3.0, 30.0), deadline=started + budget, progress=nothing)
