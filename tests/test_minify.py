@@ -291,3 +291,37 @@ def test_the_reducer_preloads_inductor_only_for_scripts_that_may_reach_it():
     assert reducer_preload("torch.compile(f, backend='eager')\ntorch.compile(g, backend=\"inductor\")") == inductor
     assert reducer_preload("torch.compile(f, backend='aot_eager', fullgraph=True)") == inductor[:2]
     assert reducer_preload("torch._dynamo.optimize('eager')(f)") == inductor[:2]
+
+
+def test_one_expression_helpers_are_inlined_and_unread_attributes_are_dead():
+    from pt2_bug_basher.reduce.source import inlined_calls, without_dead_code
+
+    source = textwrap.dedent('''
+        import torch
+
+        class M(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.scale = 2.0
+                self.used = 3.0
+
+            def forward(self, x):
+                return x * self.used
+
+        def make_inputs(batch, features):
+            return torch.randn(batch, features)
+
+        def twice(x):
+            y = x * 2
+            return y
+
+        data = make_inputs(2, features=8)
+        torch.compile(M())(twice(data))
+    ''')
+    dead = without_dead_code(source)
+    assert dead is not None and "self.scale" not in dead and "self.used = 3.0" in dead
+    [inlined] = inlined_calls(source)  # `twice` has two statements: not a candidate
+    assert "data = torch.randn(2, 8)" in inlined and "def make_inputs" not in inlined, inlined
+    assert "def twice" in inlined
+    assert inlined_calls("def f(*a):\n    return a\nf(1)\n") == []
+    assert inlined_calls("def f(a, b=1):\n    return a\nf(1)\n") == []

@@ -9,7 +9,9 @@ failure: `analysis.compare.same_failure` at 'signature' or 'exception' level):
    result does not depend on timing. Before it and after each statement list, one candidate
    drops all dead code at once (imports, functions, classes and assignments whose names nothing
    reads, and bare string statements), repeated until nothing more is dead: what a removal
-   deep in the script made unused goes without another pass over the outer lists;
+   deep in the script made unused goes without another pass over the outer lists (`self.x = ...`
+   counts as dead when no `.x` is read anywhere);
+   then helpers whose body is one `return EXPR` are put in where they are called, one at a time;
 2. pysource-minimize — the library's own fine-grained pass (expressions, arguments, names), whose
    checker calls back into the same cached, budgeted predicate;
 3. constants — integer literals (tensor shapes, sizes, counts) are tried at 1, 2 and half their
@@ -23,6 +25,7 @@ so far is the result.
 from __future__ import annotations
 
 import ast
+import copy
 import hashlib
 import time
 import warnings
@@ -185,6 +188,10 @@ class SourceReducer:
         self._phase = "statements"
         self.stats.phases.append("statements")
         current = await self.remove_statements(current)
+        if not self.out_of_budget():
+            self._phase = "inlining"
+            self.stats.phases.append("inlining")
+            current = await self.inline_calls(current)
         if use_library and not self.out_of_budget():
             self._phase = "pysource-minimize"
             self.stats.phases.append("pysource-minimize")
@@ -216,6 +223,16 @@ class SourceReducer:
                 k = max(-1, k - (before - len(_bodies(ast.parse(reduced)))))
             current = reduced
             k += 1
+        return current
+
+    async def inline_calls(self, source: str) -> str:
+        """One-expression helpers put in where they are called, one helper at a time, until none helps."""
+        current = source
+        while not self.out_of_budget():
+            hit = await self.first_interesting(candidates := inlined_calls(current))
+            if hit is None:
+                break
+            current = candidates[hit]
         return current
 
     async def remove_dead_code(self, source: str) -> str:
@@ -316,6 +333,8 @@ def without_dead_code(source: str) -> str | None:
     changed = False
     while True:
         loaded = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Store)}
+        loaded |= {f".{n.attr}" for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+                   and not isinstance(n.ctx, ast.Store)}
         removed = False
         for owner, stmts in _bodies(tree):
             if isinstance(owner, ast.ClassDef):
@@ -353,9 +372,74 @@ def _live_part(stmt: ast.stmt, loaded: set[str]) -> ast.stmt | None:
         return stmt if stmt.name in loaded else None
     if isinstance(stmt, ast.Assign) and all(isinstance(t, ast.Name) for t in stmt.targets):
         return stmt if any(t.id in loaded for t in stmt.targets if isinstance(t, ast.Name)) else None
+    if isinstance(stmt, ast.Assign) and all(_self_attribute(t) for t in stmt.targets):
+        return stmt if any(f".{t.attr}" in loaded for t in stmt.targets if isinstance(t, ast.Attribute)) else None
     if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
         return stmt if stmt.target.id in loaded else None
     return stmt
+
+
+def _self_attribute(target: ast.expr) -> bool:
+    return isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self"
+
+
+def inlined_calls(source: str) -> list[str]:
+    """Candidates that each replace the calls of one module-level function whose body is a single
+    `return EXPR` by EXPR with the arguments put in for the parameters (plain positional or keyword
+    parameters, arguments without starred parts), the function then dropped when nothing else reads it."""
+    tree = ast.parse(source)
+    candidates: list[str] = []
+    for fn in [s for s in tree.body if isinstance(s, ast.FunctionDef)]:
+        body = [s for s in fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+        args = fn.args
+        if fn.decorator_list or len(body) != 1 or not isinstance(body[0], ast.Return) or body[0].value is None \
+                or args.vararg or args.kwarg or args.kwonlyargs or args.posonlyargs or args.defaults:
+            continue
+        candidate = _inline(source, fn.name, [a.arg for a in args.args])
+        if candidate is not None:
+            candidates.append(candidate)
+    return candidates
+
+
+def _inline(source: str, name: str, params: list[str]) -> str | None:
+    tree = ast.parse(source)
+    fn = next(s for s in tree.body if isinstance(s, ast.FunctionDef) and s.name == name)
+    returned = fn.body[-1].value  # type: ignore[attr-defined]
+
+    class Inline(ast.NodeTransformer):
+        count = 0
+
+        def visit_Call(self, node: ast.Call) -> ast.AST:
+            self.generic_visit(node)
+            if not (isinstance(node.func, ast.Name) and node.func.id == name):
+                return node
+            if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
+                return node
+            if len(node.args) > len(params):
+                return node
+            bound = dict(zip(params[:len(node.args)], node.args, strict=True))
+            bound.update({k.arg: k.value for k in node.keywords if k.arg is not None})
+            if set(bound) != set(params):
+                return node
+            self.count += 1
+            return _Substitute(bound).visit(copy.deepcopy(returned))
+
+    inliner = Inline()
+    tree = inliner.visit(tree)
+    if not inliner.count:
+        return None
+    text = ast.unparse(ast.fix_missing_locations(tree)) + "\n"
+    return without_dead_code(text) or text
+
+
+class _Substitute(ast.NodeTransformer):
+    def __init__(self, bound: dict[str, ast.expr]) -> None:
+        self.bound = bound
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        if isinstance(node.ctx, ast.Load) and node.id in self.bound:
+            return copy.deepcopy(self.bound[node.id])
+        return node
 
 
 def _is_pass(stmt: ast.stmt) -> bool:
