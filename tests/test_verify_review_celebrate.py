@@ -64,7 +64,7 @@ async def test_verify_review_celebrate(mini: Mini):
         assert "not complete" in before["next_step"]
 
         fix_mini_bug(mini.repo)
-        only = (await call(client, "run_tests", case_id=case_id)).structured_content
+        only = (await call(client, "run_tests", case_id=case_id, run_nearby=False)).structured_content
         assert only["registered"].endswith(": passed")
         assert only["verified"] is False and "nearby" in only["verification"]
         assert "double" in only["nearby_keywords"]
@@ -73,7 +73,7 @@ async def test_verify_review_celebrate(mini: Mini):
         assert "test/test_ops.py::TestOps::test_halve" in nearby
         assert "run_nearby=true" in only["next_step"]
 
-        verified = (await call(client, "run_tests", case_id=case_id, run_nearby=True)).structured_content
+        verified = (await call(client, "run_tests", case_id=case_id)).structured_content  # nearby by default
         assert verified["verified"] is True, verified
         assert verified["counts"] == {"passed": 3, "failed": 0, "errored": 0, "skipped": 0, "collection_errors": 0}
         assert "review_changes" in verified["next_step"]
@@ -148,7 +148,8 @@ async def test_worktree_runs_collection_errors_and_selection(mini: Mini):
         broken = mini.repo / "test" / "test_broken.py"
         broken.write_text("import pkg.nothing_here\n\ndef test_x():\n    pass\n")
         result = (await call(client, "run_tests", case_id=case_id, tests=["test/test_broken.py",
-                                                                          "test/test_ops.py::TestOps::test_halve"]))
+                                                                          "test/test_ops.py::TestOps::test_halve"],
+                             run_nearby=False))
         data = result.structured_content
         assert data["collection_errors"] == [{"file": "test/test_broken.py",
                                               "message": "ModuleNotFoundError: No module named 'pkg.nothing_here'"}]
@@ -157,7 +158,7 @@ async def test_worktree_runs_collection_errors_and_selection(mini: Mini):
         broken.unlink()
 
         # -k selects over files; with pytest-xdist installed and a file-wide selection, it runs in parallel.
-        keyword = (await call(client, "run_tests", case_id=case_id, k="halve")).structured_content
+        keyword = (await call(client, "run_tests", case_id=case_id, k="halve", run_nearby=False)).structured_content
         passed = set(keyword["passed"])
         assert passed == {"test/test_ops.py::TestOps::test_halve", "test/test_ops.py::TestOps::test_double_large"}
         assert keyword["workers"] >= 2 and keyword["verified"] is True

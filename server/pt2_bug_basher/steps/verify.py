@@ -76,11 +76,15 @@ class _Group:
 
 
 async def run_tests(state: AppState, case_id: str, tests: list[str] | None = None, k: str | None = None,
-                    where: str = "repo", timeout_s: float | None = None, run_nearby: bool = False, *,
+                    where: str = "repo", timeout_s: float | None = None, run_nearby: bool | None = None, *,
                     progress: ProgressFn | None = None) -> RunTestsResult:
     """Run the registered test (and the given, keyword-selected and nearby tests) and, on where="repo",
-    record verification when they pass on the current state of the code."""
+    record verification when they pass on the current state of the code. run_nearby=None: the nearby tests
+    run on where="repo" (verification needs them), not on the worktree."""
     from pt2_bug_basher.execution import worktrees
+
+    if run_nearby is None:
+        run_nearby = where == "repo"
 
     flow = await state.gate(ToolName.run_tests, case_id)
     case = flow.case

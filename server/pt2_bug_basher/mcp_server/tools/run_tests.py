@@ -29,15 +29,16 @@ def register(mcp: MCPServer, state: AppState) -> None:
         where: Annotated[Literal["repo", "worktree"], Field(description="your tree (verification) or the case's "
                                                                          "worktree of main")] = "repo",
         timeout_s: Annotated[float | None, Field(description=f"seconds (default 600, max {MAX_TIMEOUT_S:.0f})")] = None,
-        run_nearby: Annotated[bool, Field(description="also run the suggested nearby tests")] = False,
+        run_nearby: Annotated[bool | None, Field(description="also run the suggested nearby tests (default: "
+                                                             "yes on where=\"repo\", no on the worktree)")] = None,
     ) -> RunTestsResult:
         """Step 11. Run tests with the case's interpreter (pytest, every outcome read by its exact
         node id; pytest-xdist when it is installed and there are more than a few tests) and report
         passed / failed / errored / skipped, each failure with its message, category and first
         relevant frame, collection errors apart. Suggests nearby existing tests (same class; names
         sharing keywords with the functions your diff changes) as node ids that run as given, and
-        runs them with run_nearby=true. On where="repo", verification completes when the
-        registered test and the chosen nearby tests pass on the current state of the code; any
-        later edit makes it stale."""
+        runs them too on where="repo" unless run_nearby=false. On where="repo", verification
+        completes when the registered test and the chosen nearby tests pass on the current state of
+        the code; any later edit makes it stale."""
         return await verify.run_tests(state, case_id, tests, k, where, timeout_s, run_nearby,
                                       progress=progress_reporter(ctx))
