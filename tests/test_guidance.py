@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -251,6 +252,47 @@ async def test_a_stale_graph_localize_put_in_dynamos_guards_gets_the_guards_and_
     assert guide["log_preset"] == "recompiles,recompiles_verbose,guards"
     assert guide["test_files"] == ["test/dynamo/test_guard_manager.py", "test/dynamo/test_repros.py"]
     assert parse_call(data["diagnostic"]).arguments.get("logs") == "recompile", data["diagnostic"]
+
+
+EAGER_WRONG_SUM = """
+import torch
+
+
+def total(xs):
+    return sum(xs)
+
+
+out = torch.compile(total, backend="eager")([torch.ones(2), torch.ones(2)])
+torch.testing.assert_close(out, torch.full((2,), 3.0))
+"""
+
+
+async def test_artifacts_of_a_case_no_graph_reached_inductor_name_what_was_collected(mini: Mini):
+    """Seen by an agent: with backend='eager' and 0 graphs indexed, collect_debug_artifacts said "Read the graphs
+    ... to see what reached Inductor"."""
+    case_id = mini.new_case()
+    seed_accuracy(mini, case_id, layer="Dynamo", guard_flags=[LENGTH_FLAG])
+    seed_test(mini.store, case_id)
+    mini.store.add_evidence(case_id, "main_check", True, "fails on main (seeded)",
+                            data=MainCheckEvidence(ref="main", outcome="failed", exception_type="AssertionError"))
+    (mini.repo / "eager_sum.py").write_text(EAGER_WRONG_SUM)
+    async with Client(mini.server) as client:
+        logged = await client.call_tool("run_with_logs", {"case_id": case_id, "script": "eager_sum.py",
+                                                          "logs": "recompile", "repeat": 1})
+        assert "logs" in logged.structured_content["recorded"], logged.structured_content
+        result = await client.call_tool("collect_debug_artifacts", {"case_id": case_id, "script": "eager_sum.py"})
+        data = result.structured_content
+        assert data["failed"] and data["graph_count"] == 0, data
+        text = data["next_step"]
+        assert "Read the graphs" not in text and "No graph reached Inductor" in text, text
+        written = [f for f in data["files"] if f["bytes"] > 0 and f["kind"] != "index"]
+        assert any(f["uri"] in text for f in written), (data["files"], text)
+        logs_stderr = f"case://{case_id}/runs/{logged.structured_content['runs'][0]['run_id']}/stderr"
+        assert logs_stderr in text, text
+        named = re.findall(r"case://[^\s(),]+", text)
+        assert len(named) >= 3, named
+        for uri in named:  # every file it names is there to read
+            assert (await client.read_resource(uri)).contents, uri
 
 
 def test_a_new_test_file_that_is_the_areas_upstream_home_is_kept_not_argued_with(tmp_path: Path):
