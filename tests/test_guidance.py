@@ -245,12 +245,12 @@ async def test_a_stale_graph_localize_put_in_dynamos_guards_gets_the_guards_and_
     steps = {s["step"]: s for s in (await ok(mini, "get_workflow", case_id=case_id))["case"]["steps"]}
     logs_call = parse_call(steps["logs"]["tool_call"])
     assert logs_call.arguments["logs"] == "recompile" and logs_call.arguments["repeat"] == 1, logs_call
-    # classify_error's guide and diagnostic agree with it: the recompile playbook, guard tests first.
+    # classify_error's guide and diagnostic agree with it: the recompile playbook and its files.
     data = await ok(mini, "classify_error", case_id=case_id, text=ACCURACY_TEXT)
     guide = data["guide"]
     assert guide["playbook"] == 'prompt "playbook" with category="recompile"', guide
     assert guide["log_preset"] == "recompiles,recompiles_verbose,guards"
-    assert guide["test_files"] == ["test/dynamo/test_guard_manager.py", "test/dynamo/test_repros.py"]
+    assert guide["test_files"] == ["test/dynamo/test_repros.py", "test/dynamo/test_guard_manager.py"]
     assert parse_call(data["diagnostic"]).arguments.get("logs") == "recompile", data["diagnostic"]
 
 

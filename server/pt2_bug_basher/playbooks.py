@@ -300,8 +300,8 @@ LAYERS: dict[str, LayerFiles] = {
         playbook="recompile",
         source_files=["torch/_dynamo/variables/builder.py", "torch/_dynamo/guards.py",
                       "torch/_dynamo/convert_frame.py", "torch/_dynamo/symbolic_convert.py"],
-        test_files=["test/dynamo/test_recompiles.py", "test/dynamo/test_guard_manager.py",
-                    "test/dynamo/test_repros.py", "test/dynamo/test_functions.py"],
+        test_files=["test/dynamo/test_recompiles.py", "test/dynamo/test_repros.py",
+                    "test/dynamo/test_guard_manager.py", "test/dynamo/test_functions.py"],
     ),
     "AOTAutograd": LayerFiles(
         playbook="backend_compiler_failed",
