@@ -60,6 +60,27 @@ def test_call_in_process(workspace, capsys):
     assert "must be a JSON object" in capsys.readouterr().err
 
 
+def test_tools_lists_the_servers_tools_with_their_descriptions(workspace, capsys):
+    """Seen by an agent: the only way to see the tools from a shell was the error of an unknown tool."""
+    base = ["--state-dir", str(workspace / "state"), "--repo", str(workspace / "repo")]
+    server = create_server(ServerConfig(workspace / "state", workspace / "repo", (workspace,)))
+    offered = {tool.name: tool for tool in anyio.run(server.list_tools)}
+    assert main(["tools", *base]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    shown = dict(line.split(None, 1) for line in lines)
+    assert list(shown) == list(offered) and len(shown) == len(ToolName)
+    assert shown["waive_step"] == "Waive one step's gate explicitly, with a reason."
+    assert shown["register_test"] == "Step 4. Check the unit test you wrote, then run it."
+    assert all(len(summary) <= 160 for summary in shown.values())
+
+    assert main(["tools", "--json", *base]) == 0
+    listed = json.loads(capsys.readouterr().out)["tools"]
+    assert [tool["name"] for tool in listed] == list(offered)
+    for tool in listed:  # the whole tools/list entry: description and schemas as an agent gets them
+        assert tool["description"] == offered[tool["name"]].description
+        assert tool["inputSchema"] == offered[tool["name"]].input_schema and "outputSchema" in tool
+
+
 def test_call_through_a_subprocess(workspace):
     base = ["--state-dir", str(workspace / "state"), "--repo", str(workspace / "repo")]
     listed = cli("call", "get_workflow", *base)  # the arguments default to {}

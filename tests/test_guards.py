@@ -16,6 +16,7 @@ from torch_checkout import TorchCheckout, build_torch_checkout, installed_torch
 from pt2_bug_basher.analysis.guards import logs_recompiles, summarise_guards
 from pt2_bug_basher.analysis.torch_logs import parse_logs
 from pt2_bug_basher.case.config import ServerConfig
+from pt2_bug_basher.mcp_server.calls import parse_call
 from pt2_bug_basher.mcp_server.server import create_server
 from pt2_bug_basher.reduce.dynamo_guards import BUILDER, GUARDS, suspects_for
 
@@ -193,6 +194,7 @@ async def test_localize_names_the_missing_length_guard(guard_bug_checkout: Torch
         assert run.structured_content["reproduced"], run.structured_content
         assert run.structured_content["failure"]["category"] == "accuracy"
         result = await client.call_tool("localize", {"case_id": case_id})
+        workflow = await client.call_tool("get_workflow", {"case_id": case_id})
         logs = await client.call_tool("run_with_logs", {"case_id": case_id, "script": "repro_list_sum.py",
                                                         "repeat": 1, "logs": "guards,recompiles"})
     assert not result.is_error, result.content[0].text
@@ -211,6 +213,10 @@ async def test_localize_names_the_missing_length_guard(guard_bug_checkout: Torch
     assert (guard["file"], guard["line"]) == (GUARDS, def_line(checkout / GUARDS, "SEQUENCE_LENGTH"))
     assert any("L['xs']" in note for note in data["notes"])
     assert len(result.content[0].text) < 12000
+    # the flag is the evidence the logs step follows: the preset that shows guards and recompiles, one run
+    steps = {s["step"]: s for s in workflow.structured_content["case"]["steps"]}
+    logs_call = parse_call(steps["logs"]["tool_call"])
+    assert (logs_call.arguments["logs"], logs_call.arguments["repeat"]) == ("recompile", 1), logs_call
     # run_with_logs with the guard logs: the counts and the same summary
     assert not logs.is_error, logs.content[0].text
     shown = logs.structured_content

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -57,8 +58,12 @@ def put(repo: Path, *files: str, text: str = TEST_FILE) -> None:
         (repo / rel).write_text(text)
 
 
-def seed_accuracy(mini: Mini, case_id: str, layer: str | None = "Dynamo") -> None:
-    """An accuracy reproduction (the stale graph of a missing guard) and, if given, the layer localize found."""
+LENGTH_FLAG = "L['xs'] (list): items guarded, length not"
+
+
+def seed_accuracy(mini: Mini, case_id: str, layer: str | None = "Dynamo", guard_flags: list[str] | None = None) -> None:
+    """An accuracy reproduction (the stale graph of a missing guard) and, if given, the layer localize found and the
+    guard shapes its guards run flagged."""
     mini.store.add_evidence(case_id, "reproduce", True, "repro.py failed 2/2 times (accuracy)",
                             data=ReproduceEvidence(script=str(mini.repo / "repro.py"), category="accuracy",
                                                    exception_type="AssertionError",
@@ -67,7 +72,7 @@ def seed_accuracy(mini: Mini, case_id: str, layer: str | None = "Dynamo") -> Non
         first = {"Dynamo": "eager", "Inductor": "inductor"}[layer]
         mini.store.set_localization(case_id, LocalizeRecord(first_failing=first, layer=layer, table=[
             LadderRowRecord(backend=first, dynamic="False", outcome="same failure"),
-            LadderRowRecord(backend=first, dynamic="True", outcome="same failure")]))
+            LadderRowRecord(backend=first, dynamic="True", outcome="same failure")], guard_flags=guard_flags or []))
 
 
 # --------------------------------------------------------------------------------------------
@@ -213,6 +218,8 @@ async def test_get_workflow_prints_no_none_and_the_logs_step_follows_the_layer(m
     logged = await ok(mini, "run_with_logs", case_id=case_id, script="repro.py", logs="dynamo_internal", repeat=1,
                       timeout_s=60)
     assert "logs" in logged["recorded"] and logged["graphs_compiled"] is None
+    # One logged run of a reproduced case is the logs step: on to classifying, not "confirm it fails twice".
+    assert "failed once" not in logged["next_step"] and "classify_error(" in logged["next_step"], logged["next_step"]
     status = (await ok(mini, "get_workflow", case_id=case_id))["case"]
     shown = json.dumps(status)
     assert "None" not in shown, shown
@@ -226,6 +233,66 @@ async def test_get_workflow_prints_no_none_and_the_logs_step_follows_the_layer(m
     seed_accuracy(mini, other, layer="Dynamo")
     steps = {s["step"]: s for s in (await ok(mini, "get_workflow", case_id=other))["case"]["steps"]}
     assert parse_call(steps["logs"]["tool_call"]).arguments["logs"] == "dynamo_internal"
+
+
+async def test_a_stale_graph_localize_put_in_dynamos_guards_gets_the_guards_and_recompiles_preset(mini: Mini):
+    """Seen by an agent: a missing length guard (localize: Dynamo, "items guarded, length not") got the logs step
+    run_with_logs(logs="dynamo_internal"), whose own output then said the recompiles log was off; and it ran the
+    repeats and the compile-off run of a case reproduced long before."""
+    case_id = mini.new_case()
+    seed_accuracy(mini, case_id, layer="Dynamo", guard_flags=[LENGTH_FLAG])
+    put(mini.repo, "test/dynamo/test_repros.py", "test/dynamo/test_guard_manager.py")
+    steps = {s["step"]: s for s in (await ok(mini, "get_workflow", case_id=case_id))["case"]["steps"]}
+    logs_call = parse_call(steps["logs"]["tool_call"])
+    assert logs_call.arguments["logs"] == "recompile" and logs_call.arguments["repeat"] == 1, logs_call
+    # classify_error's guide and diagnostic agree with it: the recompile playbook and its files.
+    data = await ok(mini, "classify_error", case_id=case_id, text=ACCURACY_TEXT)
+    guide = data["guide"]
+    assert guide["playbook"] == 'prompt "playbook" with category="recompile"', guide
+    assert guide["log_preset"] == "recompiles,recompiles_verbose,guards"
+    assert guide["test_files"] == ["test/dynamo/test_repros.py", "test/dynamo/test_guard_manager.py"]
+    assert parse_call(data["diagnostic"]).arguments.get("logs") == "recompile", data["diagnostic"]
+
+
+EAGER_WRONG_SUM = """
+import torch
+
+
+def total(xs):
+    return sum(xs)
+
+
+out = torch.compile(total, backend="eager")([torch.ones(2), torch.ones(2)])
+torch.testing.assert_close(out, torch.full((2,), 3.0))
+"""
+
+
+async def test_artifacts_of_a_case_no_graph_reached_inductor_name_what_was_collected(mini: Mini):
+    """Seen by an agent: with backend='eager' and 0 graphs indexed, collect_debug_artifacts said "Read the graphs
+    ... to see what reached Inductor"."""
+    case_id = mini.new_case()
+    seed_accuracy(mini, case_id, layer="Dynamo", guard_flags=[LENGTH_FLAG])
+    seed_test(mini.store, case_id)
+    mini.store.add_evidence(case_id, "main_check", True, "fails on main (seeded)",
+                            data=MainCheckEvidence(ref="main", outcome="failed", exception_type="AssertionError"))
+    (mini.repo / "eager_sum.py").write_text(EAGER_WRONG_SUM)
+    async with Client(mini.server) as client:
+        logged = await client.call_tool("run_with_logs", {"case_id": case_id, "script": "eager_sum.py",
+                                                          "logs": "recompile", "repeat": 1})
+        assert "logs" in logged.structured_content["recorded"], logged.structured_content
+        result = await client.call_tool("collect_debug_artifacts", {"case_id": case_id, "script": "eager_sum.py"})
+        data = result.structured_content
+        assert data["failed"] and data["graph_count"] == 0, data
+        text = data["next_step"]
+        assert "Read the graphs" not in text and "No graph reached Inductor" in text, text
+        written = [f for f in data["files"] if f["bytes"] > 0 and f["kind"] != "index"]
+        assert any(f["uri"] in text for f in written), (data["files"], text)
+        logs_stderr = f"case://{case_id}/runs/{logged.structured_content['runs'][0]['run_id']}/stderr"
+        assert logs_stderr in text, text
+        named = re.findall(r"case://[^\s(),]+", text)
+        assert len(named) >= 3, named
+        for uri in named:  # every file it names is there to read
+            assert (await client.read_resource(uri)).contents, uri
 
 
 def test_a_new_test_file_that_is_the_areas_upstream_home_is_kept_not_argued_with(tmp_path: Path):

@@ -4,6 +4,7 @@ parsing under them, on real pytest runs and real git diffs."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -111,6 +112,12 @@ async def test_verify_review_celebrate(mini: Mini):
         kinds = {f["kind"] for f in reviewed["findings"]}
         assert "debug_leftover" not in kinds and "test_missing" not in kinds
         assert "celebrate(" in reviewed["next_step"]
+        # Every file the checklist names is in this checkout or marked upstream; the example home is the case's.
+        checklist = reviewed["checklist"]
+        assert ("(the registered test is in `test/test_ops.py`; e.g. `test/dynamo/test_recompiles.py` (upstream, "
+                "not in this checkout)") in checklist, checklist
+        named = re.findall(r"`((?:test|torch)/[\w./-]+)`( \(upstream, not in this checkout\))?", checklist)
+        assert len(named) > 5 and all(marked or (mini.repo / rel).exists() for rel, marked in named), named
 
         done = await call(client, "celebrate", case_id=case_id,
                           root_cause="double() rejected inputs above 10 with a ValueError it never needed.",

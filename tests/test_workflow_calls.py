@@ -22,14 +22,16 @@ def test_template_slots_are_filled_from_the_case(tmp_path: Path):
     assert 'run_id="<run_id>"' in call(Step.classify)
     store.add_evidence(case.case_id, Step.reproduce, True, "failed 2/2", run_id="run-repro",
                        data=ReproduceEvidence(script="/r/repro.py", category="accuracy", run_ids=["run-repro"]))
-    assert call(Step.logs) == f'run_with_logs(case_id="{case.case_id}", script="/r/repro.py", logs="accuracy")'
+    # reproduced already: one logged run is the logs step
+    assert call(Step.logs) == (f'run_with_logs(case_id="{case.case_id}", script="/r/repro.py", logs="accuracy", '
+                               'repeat=1)')
     assert call(Step.classify) == f'classify_error(case_id="{case.case_id}", run_id="run-repro")'
     store.add_evidence(case.case_id, Step.logs, True, "logs", run_id="run-logs", data=LogsEvidence(logs="x"))
     assert call(Step.classify).endswith('run_id="run-logs")')
     # A category without a preset (not a compiler failure) names the general one, which run_with_logs takes.
     store.add_evidence(case.case_id, Step.reproduce, True, "failed 2/2", run_id="run-2",
                        data=ReproduceEvidence(script="/r/repro.py", category="user_error"))
-    assert call(Step.logs).endswith('logs="unknown")')
+    assert call(Step.logs).endswith('logs="unknown", repeat=1)')
 
 
 def test_step_three_starts_with_localize_then_minify(tmp_path: Path):

@@ -274,6 +274,7 @@ PLAYBOOKS: dict[str, Playbook] = {p.category: p for p in (
 # Where localize puts the failure: the playbook, the source to read and the test files follow it
 
 DYNAMIC_SHAPES = "dynamic shapes"
+DYNAMO_GUARDS = "Dynamo guards"
 
 
 class LayerFiles(_Frozen):
@@ -292,6 +293,15 @@ LAYERS: dict[str, LayerFiles] = {
                       "torch/_dynamo/side_effects.py"],
         test_files=["test/dynamo/test_repros.py", "test/dynamo/test_functions.py",
                     "test/dynamo/test_guard_manager.py", "test/dynamo/test_recompiles.py"],
+    ),
+    # Dynamo, where the guards run flagged an entry reusable for inputs it was not traced for (a stale graph):
+    # the guards and the recompiles that did not happen are the evidence, as for a recompile
+    DYNAMO_GUARDS: LayerFiles(
+        playbook="recompile",
+        source_files=["torch/_dynamo/variables/builder.py", "torch/_dynamo/guards.py",
+                      "torch/_dynamo/convert_frame.py", "torch/_dynamo/symbolic_convert.py"],
+        test_files=["test/dynamo/test_recompiles.py", "test/dynamo/test_repros.py",
+                    "test/dynamo/test_guard_manager.py", "test/dynamo/test_functions.py"],
     ),
     "AOTAutograd": LayerFiles(
         playbook="backend_compiler_failed",
@@ -325,7 +335,7 @@ LAYERS: dict[str, LayerFiles] = {
 # in Dynamo, a stale graph reused after a missing guard, is a Dynamo bug, not an Inductor one).
 COVERS: dict[str, tuple[str, ...]] = {
     "graph_break": ("Dynamo",),
-    "recompile": ("Dynamo", DYNAMIC_SHAPES),
+    "recompile": ("Dynamo", DYNAMO_GUARDS, DYNAMIC_SHAPES),
     "dynamo_internal": ("Dynamo",),
     "backend_compiler_failed": ("Inductor", "AOTAutograd", "decompositions"),
     "triton": ("Inductor",),
@@ -339,7 +349,8 @@ _NOT_A_COMPILER_BUG = "user_error"
 
 def layer_of(record: LocalizeRecord | None) -> str | None:
     """The layer localize found: 'dynamic shapes' when the failing rung passes with dynamic=False and fails
-    with dynamic=True; None when localize did not run or found no layer."""
+    with dynamic=True; 'Dynamo guards' when the layer is Dynamo and its guards run flagged a guard shape that
+    lets a stale entry be reused; None when localize did not run or found no layer."""
     if record is None or not record.layer or record.layer not in LAYERS:
         return None
     outcomes = {(row.backend, row.dynamic): row.outcome for row in record.table}
@@ -347,6 +358,8 @@ def layer_of(record: LocalizeRecord | None) -> str | None:
     static, dynamic = outcomes.get((first or "", "False")), outcomes.get((first or "", "True"))
     if static is not None and static != "same failure" and dynamic == "same failure":
         return DYNAMIC_SHAPES
+    if record.layer == "Dynamo" and record.guard_flags:
+        return DYNAMO_GUARDS
     return record.layer
 
 
@@ -371,6 +384,14 @@ def focus(category: str | None, layer: str | None) -> Focus:
         return Focus(playbook=own.category, source_files=_unique(area.source_files + own.source_files),
                      test_files=_unique(area.test_files + own.test_files))
     return Focus(playbook=area.playbook, source_files=list(area.source_files), test_files=list(area.test_files))
+
+
+def log_preset(category: str | None, layer: str | None = None) -> str:
+    """The logs preset for the case's step 6: the playbook's that localize's layer calls for (the recompile
+    preset, guards and recompiles, when the guards run flagged a stale entry), or the general one."""
+    chosen = focus(category, layer).playbook if layer else (category or "")
+    playbook = PLAYBOOKS.get(chosen)
+    return chosen if playbook is not None and playbook.logs else "unknown"
 
 
 def _unique(items: list[str]) -> list[str]:

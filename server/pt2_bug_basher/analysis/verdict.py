@@ -195,14 +195,19 @@ _COMPILER_EXCEPTIONS = ("torch._dynamo", "torch._inductor", "BackendCompilerFail
                         "TorchRuntimeError", "Unsupported", "torch._subclasses", "torch.fx")
 
 
+# Failures only compilation can show: the compile-off run always passes, so it decides nothing about fault.
+COMPILE_ONLY_CATEGORIES = {"recompile": "recompiles", "graph_break": "breaks a graph"}
+
+
 class Verdict(BaseModel):
     """The diagnosis from everything the server ran, and the evidence behind it."""
 
     category: str | None = Field(None, description="the failure's category; None when nothing failed")
     confidence: float | None = None
     reproduced: bool = False
-    compiler_at_fault: bool | None = Field(None, description="True: passes with compilation off; False: fails "
-                                                             "without torch.compile too; None: not decided")
+    compiler_at_fault: bool | None = Field(None, description=(
+        "True: passes with compilation off; False: fails without torch.compile too; None: not decided (a "
+        "recompile or graph break, which compilation off can never show, stays None)"))
     evidence: list[str] = Field(default_factory=list, description="what decided it: run ids and the lines")
     playbook: str | None = Field(None, description="the playbook whose source and test files apply (localize's "
                                                    "layer wins over the category)")
@@ -274,6 +279,11 @@ def decide(
             verdict.evidence.append(f"run {off_id} (TORCHDYNAMO_DISABLE=1) also failed ({compile_off.signature}); "
                                     "a crash without a Python exception does not settle whose bug it is")
             agree.append(False)
+        elif compile_off.result.outcome.exit_code == 0 and failure.category in COMPILE_ONLY_CATEGORIES:
+            verdict.evidence.append(
+                f"run {off_id} (TORCHDYNAMO_DISABLE=1) passes, as it must: without compilation nothing "
+                f"{COMPILE_ONLY_CATEGORIES[failure.category]}, so it cannot tell a compiler bug from the compiler "
+                "doing what the code asks (compiler at fault: not decided; the logged reasons decide)")
         elif compile_off.result.outcome.exit_code == 0:
             verdict.compiler_at_fault = True
             verdict.evidence.append(f"run {off_id} (TORCHDYNAMO_DISABLE=1) passes: the failure needs torch.compile")

@@ -217,13 +217,11 @@ class Workflow:
         repro = good.payload(ReproduceEvidence)
         if repro.script:
             call = call.replace("<repro.py>", repro.script)
-        from pt2_bug_basher.playbooks import PLAYBOOKS, focus, layer_of
+        from pt2_bug_basher.playbooks import layer_of, log_preset
 
-        layer = layer_of(self.localization)
-        chosen = focus(repro.category, layer).playbook if layer else (repro.category or "")
-        playbook = PLAYBOOKS.get(chosen)
-        preset = chosen if playbook is not None and playbook.logs else "unknown"
-        call = call.replace('logs="<preset>"', f'logs="{preset}"')
+        preset = log_preset(repro.category, layer_of(self.localization))
+        # reproduced already (the repeats and the compile-off run are on record): one logged run is enough
+        call = call.replace('logs="<preset>"', f'logs="{preset}", repeat=1')
         logs = self.latest_ok(Step.logs)
         run_id = (logs.run_id if logs is not None else None) or good.run_id
         if run_id:

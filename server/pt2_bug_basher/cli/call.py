@@ -1,4 +1,5 @@
-"""`pt2-bug-basher call TOOL '<json arguments>'`: any tool through the real server, from a shell.
+"""`pt2-bug-basher call TOOL '<json arguments>'`: any tool through the real server, from a shell; and
+`pt2-bug-basher tools`: what the server lists (tools/list), one line a tool or the whole listing as JSON.
 
 The server runs in-process (the same factory `serve` uses) behind an in-memory MCP client, so
 the call takes the path an agent's does: argument validation, gates, evidence, lifespan.
@@ -11,6 +12,7 @@ from __future__ import annotations
 import difflib
 import json
 import logging
+import re
 import sys
 from collections.abc import Callable
 from typing import Any, TextIO
@@ -85,3 +87,43 @@ def run(config: ServerConfig, tool: str, arguments_text: str, stdout: TextIO = s
     else:
         print(f"pt2-bug-basher call: {text}" if status == 2 else text, file=stderr)
     return status
+
+
+SUMMARY_CHARS = 160
+_STEP_PREFIX = re.compile(r"^(Steps? \d+(?: and \d+)?\. )")
+
+
+def summary_line(description: str | None) -> str:
+    """A tool's description in one line: the first sentence of its first paragraph (after a 'Step N.' label)."""
+    paragraph = " ".join((description or "").strip().split("\n\n")[0].split())
+    prefix = _STEP_PREFIX.match(paragraph)
+    label = prefix.group(1) if prefix else ""
+    rest = paragraph[len(label):]
+    end = re.search(r"\.(?=\s|$)", rest)
+    sentence = label + (rest[:end.start() + 1] if end else rest)
+    return sentence if len(sentence) <= SUMMARY_CHARS else sentence[:SUMMARY_CHARS - 1].rstrip() + "\u2026"
+
+
+async def list_tools(config: ServerConfig) -> list[dict[str, Any]]:
+    """tools/list of an in-process server, through a real client: each tool as the protocol sends it."""
+    from mcp import Client
+
+    from pt2_bug_basher.mcp_server.server import create_server
+
+    async with Client(create_server(config)) as client:
+        listed = await client.list_tools()
+    return [tool.model_dump(by_alias=True, exclude_none=True, mode="json") for tool in listed.tools]
+
+
+def run_tools(config: ServerConfig, as_json: bool, stdout: TextIO = sys.stdout) -> int:
+    import anyio
+
+    logging.getLogger("mcp").setLevel(logging.WARNING)
+    tools = anyio.run(lambda: list_tools(config))
+    if as_json:
+        print(json.dumps({"tools": tools}, indent=2, ensure_ascii=False), file=stdout)
+        return 0
+    width = max(len(tool["name"]) for tool in tools)
+    for tool in tools:
+        print(f"{tool['name']:<{width}}  {summary_line(tool.get('description'))}", file=stdout)
+    return 0

@@ -1,4 +1,4 @@
-"""The command line: serve, check-env, triage, call, localize, minify, artifacts, classify, report, cases,
+"""The command line: serve, check-env, triage, call, tools, localize, minify, artifacts, classify, report, cases,
 install-skill."""
 
 from __future__ import annotations
@@ -56,6 +56,13 @@ def build_parser() -> argparse.ArgumentParser:
     call.add_argument("arguments", nargs="?", default="{}", help="the arguments as one JSON object (default {})")
     _server_options(call)
 
+    tools = sub.add_parser("tools", help="list the server's tools, one line each (--json: the whole tools/list)",
+                           description="List the tools the server offers, as an agent's tools/list gets them: "
+                                       "each name with the first sentence of its description; --json prints the "
+                                       "full listing (descriptions, input and output schemas).")
+    tools.add_argument("--json", action="store_true", help="print the full tools/list result as JSON")
+    _server_options(tools)
+
     from pt2_bug_basher.cli.commands import add_parsers
 
     add_parsers(sub, _server_options)
@@ -88,6 +95,10 @@ def main(argv: list[str] | None = None) -> int:
         from pt2_bug_basher.cli.call import run
 
         return run(_config(args), args.tool, args.arguments)
+    if args.command == "tools":
+        from pt2_bug_basher.cli.call import run_tools
+
+        return run_tools(_config(args), args.json)
     if args.command in ("localize", "minify", "artifacts", "classify"):
         from pt2_bug_basher.cli.commands import run as run_step
 

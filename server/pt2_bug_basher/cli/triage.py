@@ -20,7 +20,7 @@ from pt2_bug_basher.domain.calls import format_call
 from pt2_bug_basher.domain.errors import InvalidInput
 from pt2_bug_basher.domain.names import ToolName
 from pt2_bug_basher.execution.pytest.static_checks import suggest_test_files
-from pt2_bug_basher.execution.repro import RunWithLogsResult
+from pt2_bug_basher.execution.repro import SILENT_LOGS, RunWithLogsResult
 from pt2_bug_basher.execution.runs import DEFAULT_TIMEOUT_S
 from pt2_bug_basher.playbooks import PLAYBOOKS, diagnostic_call
 from pt2_bug_basher.steps.environment import CheckEnvResult, start_case
@@ -35,8 +35,9 @@ class TriageReport(BaseModel):
     category: str | None = Field(None, description="the failure's category; None when the script did not fail")
     confidence: float | None = None
     reproduced: bool = Field(False, description="it failed twice with the same signature")
-    compiler_at_fault: bool | None = Field(None, description="True: passes with compilation off; False: fails "
-                                                             "without torch.compile too; None: not decided")
+    compiler_at_fault: bool | None = Field(None, description=(
+        "True: passes with compilation off; False: fails without torch.compile too; None: not decided (a "
+        "recompile or graph break, which compilation off can never show, stays None)"))
     evidence: list[str] = Field(default_factory=list, description="what decided the verdict: run ids and lines")
     advice: str | None = Field(None, description="why the method stops here, when it does")
     next_steps: list[str] = Field(default_factory=list,
@@ -100,8 +101,7 @@ async def triage(
     if playbook is not None:
         homes = suggest_test_files(Path(case.repo), failure.category, localized_layer(store, case.case_id))
         report.test_files, report.test_file_upstream = homes.present, homes.upstream
-    logged_already = bool(report.reproduction.logged_runs) and failure.category in ("graph_break", "recompile")
-    if playbook is not None and not logged_already:
+    if playbook is not None and playbook.logs and not _logged_already(report.reproduction, playbook.logs):
         tell(f"rerunning with TORCH_LOGS={playbook.logs}")
         report.with_logs = await run_and_record(
             store, case, script, args=[], logs_spec=playbook.logs, repeat=1, trace=False, env_add=dict(playbook.env),
@@ -116,6 +116,13 @@ async def triage(
     return report
 
 
+def _logged_already(reproduction: RunWithLogsResult, preset_logs: str) -> bool:
+    """The reproduction's own reruns of a script that exited 0 already logged everything the preset asks for."""
+    if not reproduction.logged_runs:
+        return False
+    return set(preset_logs.split(",")) <= set(SILENT_LOGS.split(","))
+
+
 def next_steps(report: TriageReport) -> list[str]:
     """The calls that go on from where triage left the case; never one that repeats what triage did."""
     repro = report.reproduction
@@ -126,7 +133,7 @@ def next_steps(report: TriageReport) -> list[str]:
         return [format_call(ToolName.run_with_logs, case_id=case_id, script=script, repeat=3)]
     steps = []
     playbook = PLAYBOOKS.get(category) or PLAYBOOKS["unknown"]
-    logged = report.with_logs is not None or bool(repro.logged_runs)
+    logged = report.with_logs is not None or bool(playbook.logs and _logged_already(repro, playbook.logs))
     if not (playbook.diagnostic.tool == ToolName.run_with_logs and logged):
         steps.append(diagnostic_call(category, case_id, script))  # the preset's logs were just collected
     if playbook.diagnostic.tool != ToolName.localize:

@@ -188,6 +188,9 @@ class LocalizeRecord(EvidencePayload):
     signature: str | None = None
     table: list[LadderRowRecord] = Field(default_factory=list)
     suspects: list[Suspect] = Field(default_factory=list)
+    guard_flags: list[str] = Field(default_factory=list, description=(
+        "guard shapes the eager run with the guards log flagged (an entry reusable for inputs it was not traced "
+        "for): the failure is in Dynamo's guards"))
 
 
 EVIDENCE_MODELS: dict[Step, type[EvidencePayload]] = {

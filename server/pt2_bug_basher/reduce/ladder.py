@@ -297,6 +297,7 @@ async def localize(
                             f'minify(case_id="{cid}") records that and completes step 3 without reducing '
                             f"({minify_call} would run the reducer anyway).")
     record = LocalizeRecord(first_failing=first, layer=layer, signature=ref.signature,
-                            table=[LadderRowRecord(**row.model_dump()) for row in table], suspects=suspects)
+                            table=[LadderRowRecord(**row.model_dump()) for row in table], suspects=suspects,
+                            guard_flags=[flag.text for flag in dynamo.flags] if dynamo is not None else [])
     store.set_localization(cid, record)
     return result

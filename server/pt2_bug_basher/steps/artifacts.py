@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pt2_bug_basher.analysis.verdict import run_uri
 from pt2_bug_basher.artifacts.accuracy import NAMED_ITEM
 from pt2_bug_basher.artifacts.collect import CollectArtifactsResult, Target, carried_env, collect
 from pt2_bug_basher.artifacts.locate import FailureLocation
@@ -11,7 +12,7 @@ from pt2_bug_basher.case.scripts import copy_note
 from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.case.store import CaseRecord
 from pt2_bug_basher.domain.errors import InvalidInput
-from pt2_bug_basher.domain.evidence import ArtifactsEvidence, ReproduceEvidence
+from pt2_bug_basher.domain.evidence import ArtifactsEvidence, LogsEvidence, ReproduceEvidence
 from pt2_bug_basher.domain.names import Step, ToolName
 from pt2_bug_basher.execution.repro import check_args
 from pt2_bug_basher.execution.runs import ProgressFn, check_env_additions, check_timeout
@@ -137,6 +138,8 @@ async def next_step(state: AppState, result: CollectArtifactsResult, ok: bool, *
         fx = f", compared with {graph_dir}fx_graph_transformed.py and ir_post_fusion.txt" if graph_dir else ""
         return (f"The failure ({failure.phase or 'unknown phase'}) is in {where}: read {read}{line}{nodes}{fx}. "
                 f"Find which lowering or codegen produced the wrong code. Then: {after}")
+    if failure is not None and result.graph_count == 0:
+        return _nothing_reached_inductor(state, result, failure, after)
     if failure is not None and failure.localized == "Inductor":
         return (f"No traceback frame or compiler error points into generated code, but localize found only "
                 f"backend='inductor' failing ({failure.how}). Read the graphs ({result.index}): their "
@@ -147,6 +150,29 @@ async def next_step(state: AppState, result: CollectArtifactsResult, ok: bool, *
                 f"what reached Inductor, and the stderr ({result.stderr}). Then: {after}")
     return (f"The run passed with TORCH_COMPILE_DEBUG ({result.exit}); the artifacts show the compiled code, but "
             "not the failure: check the script runs the failing configuration. Then: " + after)
+
+
+# What to read, in order, when no graph reached Inductor: what Dynamo wrote, then the rest.
+_READ_WITHOUT_GRAPHS = ("guards", "dynamo_debug_log", "dynamo_graph", "aot_debug_log", "trace_log", "log")
+
+
+def _nothing_reached_inductor(state: AppState, result: CollectArtifactsResult, failure: FailureLocation,
+                              after: str) -> str:
+    """No graph was indexed (backend='eager', or the failure came before a backend): name what was collected."""
+    rank = {kind: n for n, kind in enumerate(_READ_WITHOUT_GRAPHS)}
+    written = sorted((f for f in result.files if f.bytes > 0 and f.kind in rank), key=lambda f: rank[f.kind])
+    read = [f"{f.uri} ({f.kind.replace('_', ' ')})" for f in written[:3]]
+    text = (f"No graph reached Inductor (0 graphs indexed), so there is no generated code to read "
+            f"({failure.how}). Read {', '.join(read) + ' and ' if read else ''}the run's stderr ({result.stderr}).")
+    if failure.localized and failure.localized.startswith("Dynamo"):
+        text += " The bug is in Dynamo: read the source localize's suspects name"
+        logs = next((r for r in reversed(state.store.evidence(result.case_id, Step.logs.value)) if r.ok), None)
+        found = logs.payload(LogsEvidence) if logs is not None else None
+        if found is not None and found.run_ids and "guards" in (found.logs or ""):
+            text += (f", against the guards of each compiled entry in the logs run's stderr "
+                     f"({run_uri(result.case_id, found.run_ids[0], 'stderr')})")
+        text += "."
+    return f"{text} Then: {after}"
 
 
 def _accuracy_next_step(result: CollectArtifactsResult, failure: FailureLocation, after: str, reproduced: bool) -> str:

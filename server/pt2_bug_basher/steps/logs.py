@@ -9,8 +9,6 @@ from pt2_bug_basher.domain.evidence import LogsEvidence
 from pt2_bug_basher.domain.names import Step
 from pt2_bug_basher.execution.repro import RunWithLogsResult
 
-FALLBACK_PRESET = "dynamo_internal"
-
 
 @dataclass(frozen=True)
 class LogsRequest:
@@ -50,8 +48,6 @@ def record(store: Store, case: CaseRecord, result: RunWithLogsResult, spec: str 
 
 def preset_for(category: str, layer: str | None = None) -> str:
     """The logs preset of the playbook for a failure category (following localize's layer), or the general one."""
-    from pt2_bug_basher.analysis.torch_logs import PRESETS
-    from pt2_bug_basher.playbooks import focus
+    from pt2_bug_basher.playbooks import log_preset
 
-    chosen = focus(category, layer).playbook if layer else category
-    return chosen if chosen in PRESETS else FALLBACK_PRESET
+    return log_preset(category, layer)

@@ -172,6 +172,8 @@ async def next_step(state: AppState, result: RunWithLogsResult, repeat: int, spe
         return ("A run hit the timeout and was killed. If the script hangs for real, classify that; otherwise "
                 f"raise timeout_s: {call}, timeout_s=1800).")
     if repeat < 2:
+        if Step.logs.value in result.recorded:  # reproduced before: one failing logged run is the logs step
+            return (await state.status(case_id)).next_step
         return f"It failed once. Confirm it fails the same way every time: {call}, repeat=2)."
     if not result.reproduced:
         return ("The failure is not stable: it failed {}/{} times{}. Look for nondeterminism (random inputs without "
@@ -182,4 +184,4 @@ async def next_step(state: AppState, result: RunWithLogsResult, repeat: int, spe
         return status.next_step
     category = result.failure.category if result.failure else "unknown"
     preset = logs_step.preset_for(category, localized_layer(state.store, case_id))
-    return f'Step 6 (collect logs): {call}, logs="{preset}")'
+    return f'Step 6 (collect logs): {call}, logs="{preset}", repeat=1)'

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import anyio
@@ -76,7 +77,7 @@ async def review_changes(state: AppState, case_id: str) -> ReviewResult:
     try:
         from pt2_bug_basher.content import prompt_file
 
-        checklist = prompt_file("review_checklist.md")
+        checklist = checklist_for_checkout(prompt_file("review_checklist.md"), repo, [test.test_file])
     except Exception:  # an installation without the prompt texts still reviews
         checklist = FALLBACK_CHECKLIST
     if ok:
@@ -96,3 +97,25 @@ async def review_changes(state: AppState, case_id: str) -> ReviewResult:
         findings=found, lint=lint, tests_added=tests_added, checklist=checklist, diff=diff.text[:MAX_DIFF_CHARS],
         diff_truncated=len(diff.text) > MAX_DIFF_CHARS, recorded=True, next_step=next_step,
     )
+
+
+_NAMED_PATH = re.compile(r"`((?:test|torch)/[\w./-]+)`")
+ABSENT = " (upstream, not in this checkout)"
+_HOME_EXAMPLES = "the topical file for the area (e.g. "
+
+
+def checklist_for_checkout(text: str, repo: Path, homes: list[str]) -> str:
+    """The checklist with the case's own test file(s) named as the example home, and every repository path it
+    names that the checkout lacks marked as upstream only."""
+
+    def mark(match: re.Match[str]) -> str:
+        rel = match.group(1)
+        found = (repo / rel).is_dir() if rel.endswith("/") else (repo / rel).is_file()
+        return match.group(0) if found else match.group(0) + ABSENT
+
+    text = _NAMED_PATH.sub(mark, text)
+    here = [f"`{rel}`" for rel in homes if (repo / rel).is_file()]
+    if here:
+        text = text.replace(_HOME_EXAMPLES, f"the topical file for the area (the registered test is in "
+                                            f"{', '.join(here)}; e.g. ", 1)
+    return text
