@@ -656,3 +656,14 @@ def test_device_asserts_from_generated_triton_kernels_name_triton():
         c = classify(d["text"], d.get("exit_code"))
         assert c.category == "runtime_crash", d["id"]
         assert ("triton" in c.secondary) == (d["label"] == "triton"), d["id"]
+
+
+def test_equal_printed_eager_and_compiled_values_are_no_accuracy_evidence():
+    # bench/realworld scripts print both results; with compilation off (TORCHDYNAMO_DISABLE=1) they agree,
+    # and that run must not count as a wrong result (bcf_cummin_bad_dim prints these two lines)
+    assert classify("eager: tensor([])\ncompiled: tensor([])\n", exit_code=0).category == "unknown"
+    assert classify("eager: inf compiled: inf\n", exit_code=0).category == "unknown"
+    assert classify("eager: tensor([1., 2.]) compiled: tensor([1., 3.])\n", exit_code=0).category == "accuracy"
+    # values printed over several lines are not compared from their first line
+    two_rows = "eager: tensor([[1., 2.],\n        [3., 4.]])\ncompiled: tensor([[1., 2.],\n        [3., 5.]])\n"
+    assert classify(two_rows, exit_code=0).category == "accuracy"

@@ -598,6 +598,24 @@ def _scan_lines(text: str, hits: list[_Hit]) -> None:
                 end = start if start < pos else pos
 
 
+_PRINT_RULES = ("eager_output_print", "compiled_output_print")
+_LABELLED_VALUE = re.compile(r"(?i)\b(eager|compiled?|inductor|optimized)\b[^:=\n]{0,30}?[:=]\s*")
+
+
+def _printed_values_agree(hits: list[_Hit]) -> bool:
+    """The script printed its eager and compiled results and they are the same (`eager: tensor([])`,
+    `compiled: tensor([])`, on one line or two): no evidence of a wrong result."""
+    values: dict[str, set[str]] = {"eager": set(), "compiled": set()}
+    for line in {h.text for h in hits if h.rule in _PRINT_RULES}:
+        labels = list(_LABELLED_VALUE.finditer(line))
+        for m, nxt in zip(labels, [*labels[1:], None], strict=True):
+            value = line[m.end():nxt.start() if nxt else len(line)].strip().rstrip(",;")
+            if not value or value.count("(") != value.count(")") or value.count("[") != value.count("]"):
+                return False  # a value printed over several lines: not comparable from one line
+            values["eager" if m.group(1).lower() == "eager" else "compiled"].add(value)
+    return bool(values["eager"]) and values["eager"] == values["compiled"]
+
+
 # --------------------------------------------------------------------------------------------
 # Compile mode
 
@@ -699,6 +717,8 @@ def classify(text: str, exit_code: int | None = None, signal_name: str | None = 
     hits: list[_Hit] = []
     facts = _structural(parsed, hits, text)
     _scan_lines(text, hits)
+    if _printed_values_agree(hits):
+        hits = [h for h in hits if h.rule not in _PRINT_RULES]
     mode = _compile_mode(text, parsed)
     if mode in ("strict_export", "non_strict_export"):
         _export_mode_evidence(parsed, mode, hits)
