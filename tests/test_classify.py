@@ -569,3 +569,101 @@ def test_logged_shape_env_guard_error_cut_inside_its_traceback_is_dynamic_shapes
     c = classify(d["text"], d.get("exit_code"))
     assert c.category == "dynamic_shapes" and "dynamo_internal" not in c.secondary
     evidence_has(c, d["text"], "Source: shape_env")
+
+
+# --------------------------------------------------------------------------------------------
+# Classes of real text added with the fourth held-out batch (tu4-* from public issues, tu-gpu-* from
+# scripts_tuning_gpu run on an H200)
+
+
+def test_traceback_cut_in_aot_autograds_compile_wrappers_is_a_backend_failure():
+    # pytorch/pytorch#147756: cut in jit_compile_runtime_wrappers.aot_dispatch_base, which compiles (not runtime)
+    d = TUNING_BY_ID["tu4-bcf-01"]
+    assert "jit_compile_runtime_wrappers.py" in d["text"].splitlines()[-1]
+    c = classify(d["text"])
+    assert c.category == "backend_compiler_failed" and c.phase == "backend_compile"
+    evidence_has(c, d["text"], "aot_dispatch_base")
+    # the same file's compiled forward runs at runtime
+    ran = ('Traceback (most recent call last):\n'
+           '  File "/v/torch/_functorch/_aot_autograd/jit_compile_runtime_wrappers.py", line 9, in forward\n'
+           '    return compiled_fw(args)\n'
+           'RuntimeError: boom\n')
+    assert classify(ran).category == "runtime_crash"
+
+
+def test_generic_error_about_a_symint_is_dynamic_shapes():
+    # pytorch/pytorch#102540: TypeError raised while Dynamo runs a module with symbolic sizes
+    d = TUNING_BY_ID["tu4-ds-01"]
+    c = classify(d["text"])
+    assert c.category == "dynamic_shapes"
+    evidence_has(c, d["text"], "found element of type SymInt")
+    assert classify("TypeError: unflatten(): argument 'sizes' must be tuple of ints\n").category != "dynamic_shapes"
+
+
+def test_notebook_traceback_pasted_in_a_markdown_quote_is_parsed():
+    # pytorch/pytorch#90540: `>    ~/anaconda3/.../torch/_inductor/overrides.py in __torch_function__(self,`
+    from pt2_bug_basher.analysis.failure import parse
+
+    d = TUNING_BY_ID["tu4-bcf-02"]
+    frames = [f for b in parse(d["text"]).blocks for f in b.frames]
+    assert [f.file.rsplit("/", 1)[-1] for f in frames] == ["overrides.py", "__init__.py", "proxy_tensor.py"]
+    assert frames[0].function == "__torch_function__" and frames[0].in_torch
+    assert classify(d["text"]).category == "backend_compiler_failed"
+    # pytorch/pytorch#101604: only the header is quoted (`> Traceback ...`); the assertion is read
+    d = TUNING_BY_ID["tu4-acc-02"]
+    c = classify(d["text"])
+    assert c.category == "accuracy" and c.failure is not None and c.failure.exception_type == "AssertionError"
+    # a REPL prompt is not a quote
+    assert classify(">>> import torch\n>>> x = 1\n>>> y = 2\n").category == "unknown"
+
+
+def test_symbolic_shapes_log_alone_is_weak_dynamic_shapes():
+    # pytorch/pytorch#105524: create_symbol / guard-added INFO lines and nothing else
+    d = TUNING_BY_ID["tu4-ds-02"]
+    c = classify(d["text"])
+    assert c.category == "dynamic_shapes" and c.confidence < 0.5
+    evidence_has(c, d["text"], "[guard added]")
+    # next to a real failure the log does not decide
+    with_break = d["text"] + ("\ntorch._dynamo.exc.Unsupported: Call to `torch._dynamo.graph_break()`\n"
+                              "  Explanation: User-inserted graph break. Message: None\n")
+    assert classify(with_break).category == "graph_break"
+
+
+def test_failing_guard_log_is_dynamic_shapes():
+    # pytorch/pytorch#114590: "Failing guard allocated at:" then a pytest-style traceback cut in guard building
+    d = TUNING_BY_ID["tu4-ds-03"]
+    c = classify(d["text"])
+    assert c.category == "dynamic_shapes"
+    evidence_has(c, d["text"], "Failing guard allocated at:")
+
+
+def test_error_pasted_as_a_comment_naming_inductor_code_is_a_backend_failure():
+    # pytorch/pytorch#102590: the error is a comment under the failing call in the repro
+    d = TUNING_BY_ID["tu4-bcf-05"]
+    c = classify(d["text"])
+    assert c.category == "backend_compiler_failed"
+    assert c.failure is not None and c.failure.exception_type == "AssertionError"
+    # a generic error that names no Inductor code stays unknown
+    assert classify("    out = f(x)\n    # AssertionError: shapes differ\n").category == "unknown"
+
+
+def test_device_asserts_from_generated_triton_kernels_name_triton():
+    # scripts_tuning_gpu/*.py run with torch 2.11 on an H200 (one rendered by rich): the CUDA error is the
+    # runtime crash; the assertion lines printed by the generated kernel make Triton a named category
+    gpu = [d for d in TUNING if d["id"].startswith("tu-gpu-")]
+    assert len(gpu) == 4
+    for d in gpu:
+        c = classify(d["text"], d.get("exit_code"))
+        assert c.category == "runtime_crash", d["id"]
+        assert ("triton" in c.secondary) == (d["label"] == "triton"), d["id"]
+
+
+def test_equal_printed_eager_and_compiled_values_are_no_accuracy_evidence():
+    # bench/realworld scripts print both results; with compilation off (TORCHDYNAMO_DISABLE=1) they agree,
+    # and that run must not count as a wrong result (bcf_cummin_bad_dim prints these two lines)
+    assert classify("eager: tensor([])\ncompiled: tensor([])\n", exit_code=0).category == "unknown"
+    assert classify("eager: inf compiled: inf\n", exit_code=0).category == "unknown"
+    assert classify("eager: tensor([1., 2.]) compiled: tensor([1., 3.])\n", exit_code=0).category == "accuracy"
+    # values printed over several lines are not compared from their first line
+    two_rows = "eager: tensor([[1., 2.],\n        [3., 4.]])\ncompiled: tensor([[1., 2.],\n        [3., 5.]])\n"
+    assert classify(two_rows, exit_code=0).category == "accuracy"

@@ -216,7 +216,10 @@ RULES: tuple[Rule, ...] = (
     _r("unbacked_symbol", "dynamic_shapes", 1.5, ("unbacked", "Unbacked"),
        r"create_unbacked_symint|[Pp]ending unbacked|unbacked sym(?:bol|int|float)s?\b"),
     _r("shape_env_guard_failed", "dynamic_shapes", 2.0, ("range_refined_to_singleton", "Source: shape_env",
-                                                         "Create Function: SHAPE_ENV")),
+                                                         "Create Function: SHAPE_ENV", "Failing guard allocated at")),
+    # the symbolic-shapes log (TORCH_LOGS=dynamic): weak, it shows dynamic shapes at work, not a failure
+    _r("symbolic_shapes_log", "dynamic_shapes", 1.0, ("create_symbol ", "[guard added]", "set_replacement "),
+       r"symbolic_shapes(?:\.py:\d+\]|: \[\w+\])"),
     _r("dynamic_logs_hint", "dynamic_shapes", 1.0, 'TORCH_LOGS="+dynamic"'),
     _r("export_call_failed", "export", 3.0, ("occurred when calling torch.export", "draft_export")),
     _r("during_export", "export", 2.0, ("during export", "Dynamic control flow is not supported",
@@ -272,6 +275,10 @@ _CUDA_MSG = re.compile(r"CUDA error|device-side assert|illegal memory access|mis
 _EXPORT_MSG = re.compile(r"\bexport\b|Dynamic control flow is not supported")
 _TRITON_MSG = re.compile(r"\btriton\b|\btl\.\w+|\bptxas\b", re.I)
 _DATA_DEP_MSG = re.compile(r"data-dependent|GuardOnDataDependent|unbacked", re.I)
+# a generic error about a symbolic size reaching code that wants a plain int (dynamic shapes)
+# a generic error whose message names Inductor's own code generation (an assertion inside Inductor)
+_INDUCTOR_MSG = re.compile(r"\b(?:Triton|Cpp|SIMD|Halide)Kernel\b|\bconfig\.(?:triton|cpp)\.\w|\btorch\._inductor\.\w")
+_SYMBOLIC_MSG = re.compile(r"\bSym(?:Int|Float|Bool)\b|symbolic (?:sizes|strides|shapes?)\b")
 _STANCE_MSG = re.compile(r"Detected recompile when torch\.compile stance is")
 _COMPARE_CODE = re.compile(r"allclose|assert_close|assert_equal|\bequal\(|isclose|\b(?:eager|compiled?|opt|ref|"
                            r"expected|actual)\w*\b.{0,80}(?:==|!=|<|>|-)|(?:==|!=|<|>|-).{0,80}\b(?:eager|compiled?|"
@@ -323,8 +330,9 @@ def _frame_kind(f: Frame) -> str:
             return "runtime"
         return "compile"
     if "/_functorch/" in path:
-        if "runtime_wrappers" in path or func in ("forward", "backward", "runtime_wrapper",
-                                                  "call_func_at_runtime_with_args"):
+        # jit_compile_runtime_wrappers.py compiles (aot_dispatch_base ...); its forward/backward run
+        at_runtime = "runtime_wrappers" in path and "jit_compile_runtime_wrappers" not in path
+        if at_runtime or func in ("forward", "backward", "runtime_wrapper", "call_func_at_runtime_with_args"):
             return "runtime"
         return "compile"
     if "/_dynamo/" in path:
@@ -434,6 +442,10 @@ def _structural(p: ParsedFailure, hits: list[_Hit], text: str = "") -> dict:
                 add("triton", 2.0, "frames:triton", fe.line_no, fe.line)
         if cat is None and _DATA_DEP_MSG.search(msg) and final_short in _GENERIC_TYPES:
             cat, weight, rule = "dynamic_shapes", 3.0, "exception:data_dependent"
+        if cat is None and _SYMBOLIC_MSG.search(msg[:400]) and final_short in _GENERIC_TYPES:
+            cat, weight, rule = "dynamic_shapes", 3.0, "exception:symbolic_value"
+        if cat is None and _INDUCTOR_MSG.search(msg[:400]) and final_short in _GENERIC_TYPES:
+            cat, weight, rule = "backend_compiler_failed", 2.5, "exception:inductor_internal"
         if cat is None and _STANCE_MSG.search(msg):
             cat, weight, rule = "recompile", 6.0, "exception:fail_on_recompile"
         if cat in ("backend_compiler_failed", "dynamo_internal") and any(s in _DYNAMIC_SHAPES_TYPES for s in short[1:]):
@@ -586,6 +598,24 @@ def _scan_lines(text: str, hits: list[_Hit]) -> None:
                 end = start if start < pos else pos
 
 
+_PRINT_RULES = ("eager_output_print", "compiled_output_print")
+_LABELLED_VALUE = re.compile(r"(?i)\b(eager|compiled?|inductor|optimized)\b[^:=\n]{0,30}?[:=]\s*")
+
+
+def _printed_values_agree(hits: list[_Hit]) -> bool:
+    """The script printed its eager and compiled results and they are the same (`eager: tensor([])`,
+    `compiled: tensor([])`, on one line or two): no evidence of a wrong result."""
+    values: dict[str, set[str]] = {"eager": set(), "compiled": set()}
+    for line in {h.text for h in hits if h.rule in _PRINT_RULES}:
+        labels = list(_LABELLED_VALUE.finditer(line))
+        for m, nxt in zip(labels, [*labels[1:], None], strict=True):
+            value = line[m.end():nxt.start() if nxt else len(line)].strip().rstrip(",;")
+            if not value or value.count("(") != value.count(")") or value.count("[") != value.count("]"):
+                return False  # a value printed over several lines: not comparable from one line
+            values["eager" if m.group(1).lower() == "eager" else "compiled"].add(value)
+    return bool(values["eager"]) and values["eager"] == values["compiled"]
+
+
 # --------------------------------------------------------------------------------------------
 # Compile mode
 
@@ -687,6 +717,8 @@ def classify(text: str, exit_code: int | None = None, signal_name: str | None = 
     hits: list[_Hit] = []
     facts = _structural(parsed, hits, text)
     _scan_lines(text, hits)
+    if _printed_values_agree(hits):
+        hits = [h for h in hits if h.rule not in _PRINT_RULES]
     mode = _compile_mode(text, parsed)
     if mode in ("strict_export", "non_strict_export"):
         _export_mode_evidence(parsed, mode, hits)

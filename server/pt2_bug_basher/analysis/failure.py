@@ -75,14 +75,17 @@ FRAME_LINE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)(?:,? in
 # IPython prints `File /path.py:324, in f(...)`; JupyterLab links it: `File [~/p.py:324](http://...), in f(...)`
 _FRAME_IPY = re.compile(r"^File \[?(?P<file>[^\s\[\]]+?):(?P<line>\d+)(?:\]\([^)\s]*\))?, "
                         r"in (?P<func>[\w.<>\[\]]+)")
-_FRAME_COLAB = re.compile(r"^\[?(?P<file>/\S+?\.py)(?:\]\([^)\s]*\))? in (?P<func>[\w.<>]+)")
+# Colab links the file: `[/usr/lib/x.py](https://localhost:8080/#) in f(...)`; older IPython prints
+# `~/envs/lib/x.py in f(...)` (the name wrapped onto the next line when long), indented when pasted inside a quote
+_FRAME_COLAB = re.compile(r"^\s*\[?(?P<file>~?/\S+?\.py)(?:\]\([^)\s]*\))? in(?: (?P<func>[\w.<>]+)|\s*$)")
 _FRAME_PYTEST = re.compile(r"^(?P<file>\S+\.py):(?P<line>\d+): in (?P<func>[\w.<>]+)\s*$")
 _IPY_ARROW = re.compile(r"^-+> ?(?P<line>\d+)\s?(?P<code>.*)$")
 _EXC_LINE = re.compile(r"^(?P<type>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)(?::(?: (?P<msg>.*)|$))")
 _BARE_TYPE = re.compile(r"^(?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*)\s*$")
 _IPY_HEADER = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)\s{2,}$")
+# an exception line alone (pytest's `E   `, or pasted as a comment in the repro: `    # KeyError: ...`)
 _QUALIFIED_EXC = re.compile(
-    r"^(?:E\s+)?(?P<type>(?:[a-z_]\w*\.)+[A-Z]\w*|[A-Z]\w*(?:Error|Exception|Unsupported|Failed|Exit))"
+    r"^(?:E\s+|[^\S\n]*#[^\S\n]*)?(?P<type>(?:[a-z_]\w*\.)+[A-Z]\w*|[A-Z]\w*(?:Error|Exception|Unsupported|Failed|Exit))"
     r": (?P<msg>\S.*)$",
     re.M,
 )
@@ -291,7 +294,7 @@ def _match_frame(s: str) -> re.Match[str] | None:
     c = s.lstrip()[:1]
     if c == "F":
         return FRAME_LINE.match(s) or _FRAME_IPY.match(s)
-    if c in "[/":
+    if c in "[/~":
         return _FRAME_COLAB.match(s) or _FRAME_PYTEST.match(s)
     if s and not s[0].isspace() and ".py:" in s:
         return _FRAME_PYTEST.match(s)
@@ -496,7 +499,8 @@ def _find_chain_headers(text: str) -> list[int]:
 
 
 _FIRST_FRAME = re.compile(r'^(?:[^\n]{0,160}?\] |\S{0,40}\]: ?|[\d:.TZ -]{19,40} )?'
-                          r'(?:[^\S\n]*File "|File \[?[~/.\w]|\[?/\S+\.py\]?[( ]|\S+\.py:\d+: in |E {3,}File ")', re.M)
+                          r'(?:[^\S\n]*File "|File \[?[~/.\w]|\[?/\S+\.py\]?[( ]|\S+\.py:\d+: in |E {3,}File "'
+                          r'|[^\S\n]*~?/\S+\.py in [\w<])', re.M)
 
 
 def _headerless_blocks(text: str, end: int, idx: LineIndex) -> list[_Block]:
@@ -588,10 +592,25 @@ def _plain_rich(text: str) -> str:
     return "\n".join(out)
 
 
+# A traceback pasted inside a Markdown quote: `> Traceback ...`, `>    ~/lib/x.py in f(...)` (not `>>>`)
+_QUOTED = re.compile(r"^>(?!>) ?", re.M)
+
+
+def _unquoted(text: str) -> str:
+    """`text` with a Markdown quote's `> ` taken off its lines (same line count), when the quote
+    holds a traceback: its header or at least three quoted lines."""
+    if ">" not in text:
+        return text
+    quoted = _QUOTED.findall(text, max(0, len(text) - _HEADERLESS_WINDOW))
+    if len(quoted) < 3 and "> " + _TB_HEADER not in text:
+        return text
+    return _QUOTED.sub("", text)
+
+
 def parse(text: str, exit_code: int | None = None, signal_name: str | None = None,
           index: LineIndex | None = None) -> ParsedFailure:
     """Parse error output into blocks of frames and exceptions (internal, richer than the record)."""
-    text = _plain_rich(text)
+    text = _unquoted(_plain_rich(text))
     idx = index if index is not None and index.text is text else LineIndex(text)
     blocks: list[_Block] = []
     headers = _find_chain_headers(text)
