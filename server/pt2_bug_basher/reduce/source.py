@@ -177,10 +177,13 @@ class SourceReducer:
     # -- phases ------------------------------------------------------------------------
 
     async def run(self, source: str, *, use_library: bool = True, shrink_constants: bool = True) -> str | None:
-        """Reduce source; returns the smallest interesting source (None if the start is not)."""
+        """Reduce source; returns the smallest interesting source (None if the start is not; the start
+        itself when the budget ran out before any candidate ran)."""
         start = normalise_source(source)
         self._phase = "checking the original"
         if not await self.interesting(start):
+            if self.stats.budget_exhausted and self.stats.evaluations == 0:
+                return start  # the budget ran out before anything ran: the original stands, unreduced
             if not await self.interesting(source):
                 return None
             start = source
