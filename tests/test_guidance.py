@@ -208,6 +208,17 @@ async def test_classify_error_never_proposes_a_step_the_case_has_done(mini: Mini
     assert "localize(" not in data["next_step"] and "minify(" not in data["next_step"]
 
 
+async def test_a_logged_run_before_the_main_check_says_why_it_does_not_count(mini: Mini):
+    case_id = mini.new_case()
+    mini.reproduce(case_id)
+    seed_test(mini.store, case_id)  # a registered test, but no check on main yet
+    logged = await ok(mini, "run_with_logs", case_id=case_id, script="repro.py", logs="dynamo_internal", repeat=1,
+                      timeout_s=60)
+    assert "logs" not in logged["recorded"]
+    assert "failed once" not in logged["next_step"], logged["next_step"]
+    assert "step 5" in logged["next_step"] and "make_worktree(" in logged["next_step"], logged["next_step"]
+
+
 async def test_get_workflow_prints_no_none_and_the_logs_step_follows_the_layer(mini: Mini):
     case_id = mini.new_case()
     mini.reproduce(case_id)

@@ -174,6 +174,10 @@ async def next_step(state: AppState, result: RunWithLogsResult, repeat: int, spe
     if repeat < 2:
         if Step.logs.value in result.recorded:  # reproduced before: one failing logged run is the logs step
             return (await state.status(case_id)).next_step
+        if spec and any(r.ok for r in state.store.evidence(case_id, Step.reproduce.value)):
+            status = await state.status(case_id)
+            return ("This logged run failed, but logs count for step 6 only once the check on main (step 5) holds "
+                    f"for the current test and tree, which it does not now. Next: {status.next_step}")
         return f"It failed once. Confirm it fails the same way every time: {call}, repeat=2)."
     if not result.reproduced:
         return ("The failure is not stable: it failed {}/{} times{}. Look for nondeterminism (random inputs without "
