@@ -365,7 +365,12 @@ async def _bisect(trials: _Trials, subsystems: list[Subsystem], backend: str, no
                       meaning=f"setting {fixer.config_name} config {field}={fixer.value} fixes it. "
                               + CONFIG_MEANING.get(field, ""))
     await trials.progress(f"bisect: switching off {fixer.name} fixes it; {len(off_apps)} applications to search")
-    found, seen, (lo, hi) = await _search(trials, fixer, len(off_apps))
+    single = await _single_application(trials, fixer, off_apps[0]) if len(off_apps) == 1 else None
+    found: int | None
+    if single is not None:
+        found, seen, (lo, hi) = 0, single, (-1, 0)
+    else:
+        found, seen, (lo, hi) = await _search(trials, fixer, len(off_apps))
     if found is None:
         left = [a for a in (seen.get(hi) or off_apps) if lo < a.counter <= hi][:20]
         return report(subsystem=fixer.name, kind="bisect", applications=len(off_apps), candidates=left,
@@ -373,7 +378,7 @@ async def _bisect(trials: _Trials, subsystems: list[Subsystem], backend: str, no
                       meaning=f"switching off {fixer.name} fixes it; the budget ran out with applications "
                               f"{lo + 1}..{hi} left (listed in candidates).")
     culprit = next((a for a in seen.get(found, []) if a.counter == found), None)
-    if culprit is not None and culprit.sites and "<locals>" not in culprit.sites[-1].function:
+    if single is None and culprit is not None and culprit.sites and "<locals>" not in culprit.sites[-1].function:
         await _count_helper_calls(trials, fixer, found, culprit, notes)
     subject = (culprit.subject or culprit.debug) if culprit else None
     return report(subsystem=fixer.name, kind="bisect", bisect_number=found, applications=len(off_apps),
@@ -381,6 +386,23 @@ async def _bisect(trials: _Trials, subsystems: list[Subsystem], backend: str, no
                   result=(f"BisectionResult(backend={backend!r}, subsystem={fixer.name!r}, bisect_number={found}, "
                           f"debug_info={culprit.debug if culprit else None!r})"),
                   meaning=_meaning(fixer.name, found, culprit, subject))
+
+
+async def _single_application(trials: _Trials, sub: Subsystem, only: Application
+                              ) -> dict[int, list[Application]] | None:
+    """A subsystem applied once: the trial that sees application #0 fail (the rest are none) also counts its
+    helpers' calls, instead of a search probe and a confirming trial at the same point. None when it does
+    not fail the case's way (the search then decides)."""
+    site = only.sites[-1] if only.sites and "<locals>" not in only.sites[-1].function else None
+    names = helper_candidates(site) if site is not None else []
+    extra = {CALLS_ENV: f"{module_name(site)}:{','.join(names)}"} if site is not None and names else None
+    trial, apps = await trials.run(sub, 0, extra)
+    if trial.outcome != "same failure":
+        return None
+    culprit = next((a for a in apps if a.counter == 0), None)
+    if culprit is not None and extra is not None:
+        culprit.helpers_called = trials.last_calls
+    return {0: apps}
 
 
 async def _count_helper_calls(trials: _Trials, sub: Subsystem, found: int, culprit: Application,
