@@ -146,7 +146,7 @@ async def run_repro(
     trace_dirs: list[Path] = []
     total = repeat + (1 if differential else 0)
     results: list[RunResult | None] = [None] * total
-    limiter = anyio.CapacityLimiter(parallel_runs(total))
+    limiter = anyio.CapacityLimiter(parallel_runs(repeat))
 
     async def one(index: int) -> None:
         run_env = dict(extra)
@@ -154,7 +154,11 @@ async def run_repro(
         if index == repeat:  # the differential run: no compilation, so no compile logs or trace either
             run_env = {**{k: v for k, v in env_add.items() if k != "TORCH_TRACE"}, **COMPILE_OFF_ENV}
             label = f"{script.name} with compilation off"
-        elif trace:
+            # It compiles nothing (an import and an eager run): it starts beside the compiled runs.
+            results[index] = await execute(store, case, argv, tool=tool, cwd=cwd or script.parent, env_add=run_env,
+                                           timeout_s=timeout_s, progress=progress, label=label)
+            return
+        if trace:
             trace_dir = case_dir / "traces" / f"{os.getpid()}-{anyio.current_time():.0f}-{index}"
             trace_dir.mkdir(parents=True, exist_ok=True)
             trace_dirs.append(trace_dir)
