@@ -3,7 +3,8 @@
 The fidelity tests run small scripts as recorded runs of a case (the test interpreter, torch on CPU) and
 compare a forked child with a fresh process. The masking test plants a bug in an Inductor lowering of
 a torch checkout, reproduces it through the MCP server (forked runs, Inductor's FX-graph and AOTAutograd
-caches on in the case's cache directory), fixes the lowering, and requires the next runs to see the fix.
+caches on in the case's cache directory), requires the debug artifacts to come from a cold compile
+while those caches are warm, fixes the lowering, and requires the next runs to see the fix.
 """
 
 from __future__ import annotations
@@ -130,6 +131,39 @@ async def test_runs_that_must_be_fresh_processes_are(case):
     assert warm.unsafe_source("x = 1  # on cuda later\nos.environ.get('A')\n") is None  # comments and reads
 
 
+LOGGED = """\
+import torch
+
+
+def f(x):
+    return torch.sin(x) + 1
+
+
+torch.compile(f, backend="eager")(torch.ones(3))
+"""
+
+
+async def test_a_run_with_torch_logs_forks_from_the_plain_interpreter_and_logs_like_a_new_one(case):
+    store, record, repo = case
+    script = repo / "logged.py"
+    script.write_text(LOGGED)
+    argv = [record.python, str(script)]
+    logs = {"TORCH_LOGS": "graph_code"}
+    plain = await execute(store, record, argv, tool="t", cwd=repo, warm=WarmRequest())
+    fresh = await execute(store, record, argv, tool="t", cwd=repo, env_add=logs)
+    forked = await execute(store, record, argv, tool="t", cwd=repo, env_add=logs, warm=WarmRequest())
+    after = await execute(store, record, argv, tool="t", cwd=repo, warm=WarmRequest())
+    argv0 = {r.run_id: store.get_run(r.run_id).argv[0] for r in (plain, fresh, forked, after)}
+    assert argv0[fresh.run_id] == record.python
+    assert argv0[plain.run_id].startswith(FORKED) and argv0[forked.run_id] == argv0[plain.run_id] == argv0[after.run_id]
+
+    def traced(run) -> list[str]:
+        return [ln.split("] ", 1)[-1] for ln in run.stderr_text().splitlines() if "TRACED GRAPH" in ln]
+
+    assert traced(fresh) and traced(forked) == traced(fresh), (fresh.stderr_text(), forked.stderr_text())
+    assert not traced(plain) and not traced(after)  # the setting stays in the child that asked for it
+
+
 async def test_pytest_runs_fork_with_the_report_plugin_appended(case):
     store, record, repo = case
     first = await run_pytest(store, record, ["test/test_ops.py"], cwd=repo, rootdir=repo, tool="run_tests",
@@ -197,6 +231,17 @@ async def test_a_fix_to_a_lowering_is_seen_by_the_next_run_despite_caches_and_wa
             # The same graph, compiled once per case: the second call's runs hit both caches.
             hits = _caches(store, again["runs"][0]["run_id"])
             assert hits.get("fxgraph_cache_hit") == 1 and hits.get("autograd_cache_hit") == 1, hits
+            # A run that needs a cold compile still gets one with the caches warm: the debug artifacts are
+            # written by a new process (not forked) that compiles the graph and generates its code.
+            for step in ("test", "main_check"):
+                await client.call_tool("waive_step", {"case_id": env["case_id"], "step": step,
+                                                      "reason": "the cache-masking test needs only the artifacts"})
+            artifacts = (await client.call_tool("collect_debug_artifacts", {"case_id": env["case_id"],
+                                                                            "script": "repro_caches.py"})
+                         ).structured_content
+            assert artifacts["graph_count"] >= 1 and any("output_code.py" in g["files"] for g in artifacts["graphs"])
+            assert store.get_run(artifacts["run_id"]).argv[0] == store.get_case(env["case_id"]).python
+            assert _caches(store, artifacts["run_id"]).get("fxgraph_cache_hit") is None
             unplant(checkout, bug)
             after = (await client.call_tool("run_with_logs", args)).structured_content
             assert not after["reproduced"] and all(r["exit_code"] == 0 for r in after["runs"]), json.dumps(after)[:2000]

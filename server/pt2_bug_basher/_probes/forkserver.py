@@ -24,7 +24,8 @@ since it started: no child ever runs code older than the files. It refuses ({"re
 fork once CUDA is initialised in it. It declines one run ({"declined": why}) whose first sys.path
 folder holds a module it imported from elsewhere (a new interpreter would import that one), or whose
 "env" changes a variable its imports read (os.environ lookups recorded while they ran; any variable
-once torch's own code iterated over the environment); "env" values of null unset a variable.
+once torch's own code iterated over the environment; TORCH_LOGS and its companions excepted: the child
+configures torch's logging again from them); "env" values of null unset a variable.
 --idle: exit after S seconds without a request; --parent: exit when that process is gone.
 
 The environment (TORCH_LOGS, TORCHINDUCTOR_* ...) is the server's own: torch reads much of it at
@@ -47,6 +48,8 @@ import time
 import types
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# Read by torch's logging set-up (torch._logging._internal._init_logs), which a warm child runs again.
+LOGGING_VARS = frozenset({"TORCH_LOGS", "TORCH_LOGS_OUT", "TORCH_LOGS_FORMAT", "TORCH_LOGS_TRACE_ID_FILTER"})
 
 
 def _kill_group(pid: int) -> None:
@@ -117,6 +120,10 @@ def _child(request: dict, closing: list, fds: list[int]) -> None:
                 os.environ.pop(str(name), None)
             else:
                 os.environ[str(name)] = str(value)
+        if warm and LOGGING_VARS & set(request.get("env") or {}):
+            # torch configured its logging from these when imported; it does so again (its own test helpers
+            # do the same after changing them), so the child logs as a new interpreter with them would.
+            sys.modules["torch"]._logging._internal._init_logs()
         os.chdir(request.get("cwd") or os.path.dirname(request["script"]))
         import faulthandler
 
@@ -250,7 +257,13 @@ def _shadowing(folder: str) -> str | None:
 def _declined(request: dict) -> str | None:
     """Why this one run needs a new interpreter: a variable it changes was read by the imports, or a module
     imported here would come from the run's first sys.path folder instead. None when a fork will do."""
-    read = ENV_READS.blocks({k: v for k, v in (request.get("env") or {}).items() if k != "PYTHONPATH"})
+    changes = {k: v for k, v in (request.get("env") or {}).items() if k != "PYTHONPATH"}
+    if LOGGING_VARS & set(changes):
+        internal = getattr(getattr(sys.modules.get("torch"), "_logging", None), "_internal", None)
+        if not callable(getattr(internal, "_init_logs", None)):
+            return "this torch cannot configure its logging again from TORCH_LOGS"
+        changes = {k: v for k, v in changes.items() if k not in LOGGING_VARS}
+    read = ENV_READS.blocks(changes)
     if read is not None:
         return f"{read} differs from the server's environment and was read when it imported torch"
     shadowed = _shadowing(_first_path_entry(request))

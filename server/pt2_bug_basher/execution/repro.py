@@ -157,11 +157,10 @@ async def run_repro(
             label = f"{script.name} with compilation off"
             # It compiles nothing (an import and an eager run): it starts beside the compiled runs, forked from
             # the warm interpreter of their environment when its imports did not read what differs
-            # (TORCHDYNAMO_DISABLE is read when torch.compile is called). With logs on, its environment
-            # lacks TORCH_LOGS: it only reuses an interpreter that runs already.
+            # (TORCHDYNAMO_DISABLE is read when torch.compile is called; TORCH_LOGS is configured again).
             results[index] = await execute(store, case, argv, tool=tool, cwd=cwd or script.parent, env_add=run_env,
                                            timeout_s=timeout_s, progress=progress, label=label,
-                                           warm=WarmRequest(start=not logs_spec))
+                                           warm=WarmRequest())
             return
         if trace:
             trace_dir = case_dir / "traces" / f"{os.getpid()}-{anyio.current_time():.0f}-{index}"

@@ -15,7 +15,9 @@ A warm interpreter is used only when all of these hold, otherwise the run is a f
   - the environment is the one the interpreter started with, but for a PYTHONPATH entry the caller marks
     as appendable (the pytest report plugin's folder) and for Dynamo/Inductor variables (TORCHDYNAMO_*,
     TORCHINDUCTOR_*, TORCH_COMPILE_*) that its imports did not read (it records the names they look up;
-    TORCHDYNAMO_DISABLE, read when torch.compile is called, is one): the child sets those itself;
+    TORCHDYNAMO_DISABLE, read when torch.compile is called, is one): the child sets those itself; and
+    for TORCH_LOGS and its companions, which the child sets before configuring torch's logging again
+    (`torch._logging._internal._init_logs`, what torch's import ran);
   - the script, or the test files and their conftest.py files, and the modules beside them that they
     import, neither write the environment (a write before `import torch` would have changed what the
     import read) nor mention CUDA;
@@ -56,6 +58,13 @@ MAX_SERVERS = 3
 RETRY_AFTER_FAILURE_S = 300.0
 # Variables a child may set itself when the warm interpreter's imports did not read them (it checks).
 LAZY_PREFIXES = ("TORCHDYNAMO_", "TORCHINDUCTOR_", "TORCH_COMPILE_")
+# torch's logging variables: read at import, but a child configures torch's logging again from them.
+LOGGING_VARS = frozenset({"TORCH_LOGS", "TORCH_LOGS_OUT", "TORCH_LOGS_FORMAT", "TORCH_LOGS_TRACE_ID_FILTER"})
+
+
+def set_in_child(name: str) -> bool:
+    """A variable a run may set in its child instead of needing an interpreter started with it."""
+    return name.startswith(LAZY_PREFIXES) or name in LOGGING_VARS
 _CUDA = re.compile(r"""\bcuda\b|type\s*=\s*['"]cuda['"]""")
 _ENV_WRITE = re.compile(r"\benviron\s*\[[^\]]*\]\s*=[^=]|\benviron\s*\.\s*(update|setdefault|pop|popitem|clear)\b"
                         r"|\bputenv\b|\bunsetenv\b|\bdel\s+[\w.]*environ\b")
@@ -82,9 +91,9 @@ class Plan:
     files: list[Path] = field(default_factory=list)
 
     def request_for(self, server: WarmServer) -> dict:
-        """The request, with the Dynamo/Inductor variables the run sets differently from the server."""
+        """The request, with the variables set in the child that the run sets differently from the server."""
         changes = {name: self.start_env.get(name) for name in {*self.start_env, *server.start_env}
-                   if name.startswith(LAZY_PREFIXES) and self.start_env.get(name) != server.start_env.get(name)}
+                   if set_in_child(name) and self.start_env.get(name) != server.start_env.get(name)}
         if not changes:
             return self.request
         return {**self.request, "env": {**changes, **self.request.get("env", {})}}
@@ -221,7 +230,7 @@ def plan(case: CaseRecord, argv: list[str], cwd: Path, environ: dict[str, str],
             start_env.pop("PYTHONPATH", None)
         request["append_path"] = appended
         request["env"] = {"PYTHONPATH": environ["PYTHONPATH"]}
-    shared = sorted((k, v) for k, v in start_env.items() if not k.startswith(LAZY_PREFIXES))
+    shared = sorted((k, v) for k, v in start_env.items() if not set_in_child(k))
     key = (case.case_id, case.python, tuple(shared))
     return Plan(key=key, start_env=start_env, request=request, files=files)
 
