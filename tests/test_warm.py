@@ -128,6 +128,7 @@ async def test_runs_that_must_be_fresh_processes_are(case):
     tuned = await execute(store, record, shows, tool="t", cwd=repo, env_add={"TORCHINDUCTOR_MAX_AUTOTUNE": "1"},
                           warm=WarmRequest())
     assert store.get_run(tuned.run_id).argv[0] == record.python and tuned.stdout_text().split() == ["None", "1"]
+    assert warm.unsafe_source("import os\nos.environ |= {'TORCH_LOGS': 'dynamo'}\n") == "it writes the environment"
     assert warm.unsafe_source("x = 1  # on cuda later\nos.environ.get('A')\n") is None  # comments and reads
 
 

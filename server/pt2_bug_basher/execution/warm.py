@@ -60,14 +60,15 @@ RETRY_AFTER_FAILURE_S = 300.0
 LAZY_PREFIXES = ("TORCHDYNAMO_", "TORCHINDUCTOR_", "TORCH_COMPILE_")
 # torch's logging variables: read at import, but a child configures torch's logging again from them.
 LOGGING_VARS = frozenset({"TORCH_LOGS", "TORCH_LOGS_OUT", "TORCH_LOGS_FORMAT", "TORCH_LOGS_TRACE_ID_FILTER"})
+_CUDA = re.compile(r"""\bcuda\b|type\s*=\s*['"]cuda['"]""")
+_ENV_WRITE = re.compile(r"\benviron\s*\[[^\]]*\]\s*=[^=]|\benviron\s*\|="
+                        r"|\benviron\s*\.\s*(update|setdefault|pop|popitem|clear)\b"
+                        r"|\bputenv\b|\bunsetenv\b|\bdel\s+[\w.]*environ\b")
 
 
 def set_in_child(name: str) -> bool:
     """A variable a run may set in its child instead of needing an interpreter started with it."""
     return name.startswith(LAZY_PREFIXES) or name in LOGGING_VARS
-_CUDA = re.compile(r"""\bcuda\b|type\s*=\s*['"]cuda['"]""")
-_ENV_WRITE = re.compile(r"\benviron\s*\[[^\]]*\]\s*=[^=]|\benviron\s*\.\s*(update|setdefault|pop|popitem|clear)\b"
-                        r"|\bputenv\b|\bunsetenv\b|\bdel\s+[\w.]*environ\b")
 
 
 @dataclass
