@@ -128,6 +128,9 @@ async def test_fx_minifier_on_an_accuracy_failure(module_config):
     assert not any("CUDA" in line for line in data["fx"]["minifier_log"] + data["notes"]), data
     runs = Store(module_config.state_dir).runs(case_id)
     assert any("forkserver.py" in " ".join(run.argv) for run in runs), [run.argv[:2] for run in runs]
+    # PyTorch's minified repro sets os.environ before it imports torch: a new interpreter confirms it.
+    confirm = next(run for run in runs if run.run_id == data["confirm_run_id"])
+    assert confirm.argv[0] == Store(module_config.state_dir).get_case(case_id).python, confirm.argv
 
 
 def test_cuda_code_is_never_evaluated_in_forked_processes():

@@ -20,6 +20,7 @@ from pt2_bug_basher.domain.evidence import Suspect
 from pt2_bug_basher.execution.cpus import parallel_runs
 from pt2_bug_basher.execution.runs import ProgressFn, RunResult, execute, python_argv
 from pt2_bug_basher.execution.tlparse import TraceSummary, run_tlparse, trace_summary
+from pt2_bug_basher.execution.warm import WarmRequest
 
 WITH_CONFIG = Path(__file__).resolve().parents[1] / "_probes" / "with_config.py"
 MAX_REPEAT = 8
@@ -146,7 +147,7 @@ async def run_repro(
     trace_dirs: list[Path] = []
     total = repeat + (1 if differential else 0)
     results: list[RunResult | None] = [None] * total
-    limiter = anyio.CapacityLimiter(parallel_runs(total))
+    limiter = anyio.CapacityLimiter(parallel_runs(repeat))
 
     async def one(index: int) -> None:
         run_env = dict(extra)
@@ -154,15 +155,23 @@ async def run_repro(
         if index == repeat:  # the differential run: no compilation, so no compile logs or trace either
             run_env = {**{k: v for k, v in env_add.items() if k != "TORCH_TRACE"}, **COMPILE_OFF_ENV}
             label = f"{script.name} with compilation off"
-        elif trace:
+            # It compiles nothing (an import and an eager run): it starts beside the compiled runs, forked from
+            # the warm interpreter of their environment when its imports did not read what differs
+            # (TORCHDYNAMO_DISABLE is read when torch.compile is called; TORCH_LOGS is configured again).
+            results[index] = await execute(store, case, argv, tool=tool, cwd=cwd or script.parent, env_add=run_env,
+                                           timeout_s=timeout_s, progress=progress, label=label,
+                                           warm=WarmRequest())
+            return
+        if trace:
             trace_dir = case_dir / "traces" / f"{os.getpid()}-{anyio.current_time():.0f}-{index}"
             trace_dir.mkdir(parents=True, exist_ok=True)
             trace_dirs.append(trace_dir)
             run_env["TORCH_TRACE"] = str(trace_dir)
         async with limiter:
+            # Runs that share one environment fork from one warm interpreter (a trace gives each its own).
             results[index] = await execute(
                 store, case, argv, tool=tool, cwd=cwd or script.parent, env_add=run_env, timeout_s=timeout_s,
-                progress=progress, label=label,
+                progress=progress, label=label, warm=None if trace else WarmRequest(),
             )
 
     async with anyio.create_task_group() as group:
@@ -194,6 +203,12 @@ async def run_repro(
         compile_off=compile_off.outcome_model(case.case_id) if compile_off else None,
         logged_runs=[v.outcome_model(case.case_id) for v in logged],
     )
+    forked = [r for r in [*results, *(v.result for v in logged)] if r is not None and r.forked_from]
+    if forked:
+        result.notes.append(
+            f"runs {', '.join(r.run_id for r in forked)}: separate processes forked from the case's warm interpreter "
+            f"{', '.join(sorted({str(r.forked_from) for r in forked}))} (torch imported once; reseeded like a new "
+            "interpreter, sharing its string-hash seed)")
     for p in parsed:
         for error in p.result.outcome.log_errors:
             result.notes.append(f"run {p.result.run_id}: its log could not be fully written ({error}); is the "
@@ -237,7 +252,7 @@ async def _logged_reruns(
             results[index] = await execute(
                 store, case, argv, tool=tool, cwd=cwd or script.parent,
                 env_add={**env_add, "TORCH_LOGS": SILENT_LOGS}, timeout_s=timeout_s, progress=progress,
-                label=f"{script.name} with TORCH_LOGS={SILENT_LOGS} {index + 1}/{repeat}",
+                label=f"{script.name} with TORCH_LOGS={SILENT_LOGS} {index + 1}/{repeat}", warm=WarmRequest(),
             )
 
     async with anyio.create_task_group() as group:

@@ -382,3 +382,179 @@ async def run_captured(
     finally:
         for path in (out_path, err_path):
             path.unlink(missing_ok=True)
+
+
+@dataclass
+class Service:
+    """A long-lived helper process (a warm interpreter) in its own session; `stop` kills its whole group."""
+
+    process: subprocess.Popen
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def exit_code(self) -> int | None:
+        """None while it runs."""
+        return self.process.poll()
+
+    def stop(self) -> list[int]:
+        """SIGKILL the group and its strays, wait until they are gone; the pids hit."""
+        if self.process.poll() is not None and not group_alive(self.process.pid):
+            return []
+        killed = kill_tree(self.process.pid)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=KILL_GRACE_S)
+        wait_gone(killed)
+        return killed
+
+
+def start_service(argv: list[str], *, cwd: Path, env: dict[str, str], stdout_path: Path,
+                  stderr_path: Path) -> Service:
+    """Start argv in its own session with stdin closed and its output appended to files. The service must
+    bound its own life (an idle timeout, its parent's death); `Service.stop` ends it early."""
+    with open(stdout_path, "ab") as out, open(stderr_path, "ab") as err:
+        process = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                   start_new_session=True)
+    return Service(process)
+
+
+@dataclass
+class ForkRefused:
+    """A warm interpreter did not fork: its sources changed (stale), CUDA is initialised or it is stopping,
+    or (declined) this one run needs a new interpreter."""
+
+    reason: str
+    stale: bool = False
+    declined: bool = False
+
+
+async def _pump_fd(fd: int, log: CappedLog) -> None:
+    try:
+        while True:
+            await anyio.wait_readable(fd)
+            try:
+                data = os.read(fd, _CHUNK)
+            except BlockingIOError:
+                continue
+            if not data:
+                return
+            log.write(data)
+    except (OSError, anyio.ClosedResourceError):
+        return
+
+
+async def _read_line(stream: anyio.abc.ByteStream, buffer: bytearray) -> dict | None:
+    """The next JSON line from a fork server; None when it hung up first."""
+    import json
+
+    while b"\n" not in buffer:
+        try:
+            buffer += await stream.receive(65536)
+        except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            return None
+    line, _, rest = bytes(buffer).partition(b"\n")
+    buffer[:] = rest
+    return json.loads(line)
+
+
+async def run_forked(
+    socket_path: Path,
+    request: dict,
+    *,
+    argv: list[str],
+    timeout_s: float,
+    stdout_path: Path,
+    stderr_path: Path,
+    log_cap: int = DEFAULT_LOG_CAP,
+    on_start: Callable[[int], None] | None = None,
+    on_progress: ProgressCallback | None = None,
+    progress_interval_s: float = 10.0,
+) -> ProcessOutcome | ForkRefused:
+    """Like run_process, for a child a fork server forks (`_probes/forkserver.py`, a warm request): its
+    stdout and stderr are pipes read here into capped logs, a timeout or a cancelled call kills its whole
+    group, and the exit status is the server's report of it. `argv` is what the child stands for."""
+    import json
+
+    started = time.monotonic()
+    stdout_log, stderr_log = CappedLog(stdout_path, log_cap), CappedLog(stderr_path, log_cap)
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    for fd in (out_r, err_r):
+        os.set_blocking(fd, False)
+    pid: int | None = None
+    timed_out = cancelled = False
+    killed: list[int] = []
+    reply: dict | None = None
+    try:
+        try:
+            stream = await anyio.connect_unix(str(socket_path))
+        except OSError as exc:
+            return ForkRefused(f"the fork server does not answer: {exc}")
+        async with stream:
+            line = (json.dumps({**request, "warm": True, "timeout": timeout_s + 2 * KILL_GRACE_S}) + "\n").encode()
+            await stream.send_fds(line, [out_w, err_w])
+            for fd in (out_w, err_w):
+                os.close(fd)
+            out_w = err_w = -1
+            buffer = bytearray()
+            first = await _read_line(stream, buffer)
+            if first is None:  # it went away (stopping after its sources changed, or it died): try a new one
+                return ForkRefused("the fork server hung up", stale=True)
+            if "started" not in first:
+                why = first.get("stale") or first.get("refused") or first.get("declined")
+                return ForkRefused(str(why), stale="stale" in first, declined="declined" in first)
+            pid = int(first["started"])
+            if on_start is not None:
+                on_start(pid)
+
+            async def tick() -> None:
+                if on_progress is None:
+                    return
+                while True:
+                    await anyio.sleep(progress_interval_s)
+                    await on_progress(time.monotonic() - started)
+
+            async with anyio.create_task_group() as readers:
+                readers.start_soon(_pump_fd, out_r, stdout_log)
+                readers.start_soon(_pump_fd, err_r, stderr_log)
+                async with anyio.create_task_group() as waiter:
+                    waiter.start_soon(tick)
+                    with anyio.move_on_after(timeout_s) as scope:
+                        reply = await _read_line(stream, buffer)
+                    if scope.cancelled_caught:
+                        timed_out = True
+                        killed = kill_tree(pid)
+                        with anyio.move_on_after(2 * KILL_GRACE_S):
+                            reply = await _read_line(stream, buffer)
+                    waiter.cancel_scope.cancel()
+                if group_alive(pid):
+                    killed = sorted(set(killed) | set(kill_tree(pid)))
+                await _await_gone(killed)
+                # A grandchild in another session may still hold the pipes open: stop reading soon.
+                readers.cancel_scope.deadline = anyio.current_time() + KILL_GRACE_S
+    except BaseException:
+        cancelled = True
+        if pid is not None:
+            with anyio.CancelScope(shield=True):
+                killed = kill_tree(pid)
+                await _await_gone(killed)
+        raise
+    finally:
+        for fd in (out_r, err_r, out_w, err_w):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        stdout_log.close()
+        stderr_log.close()
+    exit_code = None if reply is None else reply.get("exit_code")
+    if timed_out or (reply is not None and reply.get("timed_out")):
+        timed_out, exit_code = True, None
+    assert pid is not None
+    return ProcessOutcome(
+        argv=argv, exit_code=exit_code, signal_name=None if timed_out else signal_name(exit_code),
+        timed_out=timed_out, cancelled=cancelled, duration_s=time.monotonic() - started, pid=pid,
+        stdout_path=stdout_path, stderr_path=stderr_path, stdout_bytes=stdout_log.total,
+        stderr_bytes=stderr_log.total, stdout_cut=stdout_log.cut, stderr_cut=stderr_log.cut, killed_pids=killed,
+        log_errors=[log.error for log in (stdout_log, stderr_log) if log.error],
+    )

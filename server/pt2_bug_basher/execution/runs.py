@@ -17,13 +17,16 @@ from pt2_bug_basher.case.store import CaseRecord, Store, new_id
 from pt2_bug_basher.domain.errors import InvalidInput
 from pt2_bug_basher.execution.runner import (
     DEFAULT_LOG_CAP,
+    ForkRefused,
     ProcessOutcome,
     group_alive,
     kill_tree,
     process_alive,
+    run_forked,
     run_process,
     wait_gone,
 )
+from pt2_bug_basher.execution.warm import WarmRequest, WarmServer
 
 DEFAULT_TIMEOUT_S = 600.0
 MAX_TIMEOUT_S = 4 * 3600.0
@@ -54,6 +57,8 @@ class RunResult:
     env_add: dict[str, str]
     stdout_path: Path
     stderr_path: Path
+    forked_from: str | None = None
+    """the warm interpreter's run the process was forked from; None for a new process"""
 
     def stderr_text(self, limit: int = DEFAULT_LOG_CAP) -> str:
         return read_tail(self.stderr_path, limit) or ""
@@ -97,14 +102,24 @@ async def execute(
     progress: ProgressFn | None = None,
     label: str = "run",
     log_cap: int = DEFAULT_LOG_CAP,
+    warm: WarmRequest | None = None,
 ) -> RunResult:
-    """Run argv for a case, recording it in the store; the caller parses the logs."""
+    """Run argv for a case, recording it in the store; the caller parses the logs.
+
+    With `warm`, a run of the case's interpreter may be a child forked from a warm interpreter of the
+    case (execution/warm.py says when); otherwise, and whenever that cannot be, it is a new process."""
+    additions = {**BASE_ENV, **private_cache_env(store, case.case_id), **(env_add or {})}
+    environ = {**os.environ, **additions}
+    if warm is not None:
+        forked = await _execute_forked(store, case, argv, tool=tool, cwd=cwd, additions=additions, environ=environ,
+                                       timeout_s=timeout_s, progress=progress, label=label, log_cap=log_cap,
+                                       warm=warm)
+        if forked is not None:
+            return forked
     run_id = new_id("run")
     run_dir = store.case_dir(case.case_id) / "runs" / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
     stdout_path, stderr_path = run_dir / "stdout.log", run_dir / "stderr.log"
-    additions = {**BASE_ENV, **private_cache_env(store, case.case_id), **(env_add or {})}
-    environ = {**os.environ, **additions}
     store.start_run(
         case.case_id, tool, argv, str(cwd), additions, str(stdout_path), str(stderr_path), os.getpid(), run_id=run_id
     )
@@ -124,6 +139,78 @@ async def execute(
         raise
     store.finish_run(run_id, outcome.status, outcome.exit_code, outcome.signal_name)
     return RunResult(run_id, outcome, additions, stdout_path, stderr_path)
+
+
+async def _execute_forked(
+    store: Store, case: CaseRecord, argv: list[str], *, tool: str, cwd: Path, additions: dict[str, str],
+    environ: dict[str, str], timeout_s: float, progress: ProgressFn | None, label: str, log_cap: int,
+    warm: WarmRequest,
+) -> RunResult | None:
+    """The run as a child of the case's warm interpreter for its environment; None when it must be a new
+    process. It is recorded like any run, its argv led by `<child forked from run-...>`."""
+    from pt2_bug_basher.execution import warm as warm_interpreters
+
+    plan = warm_interpreters.plan(case, argv, cwd, environ, warm)
+    if plan is None:
+        return None
+
+    async def tick(elapsed: float) -> None:
+        if progress is not None:
+            await progress(f"{label}: running for {elapsed:.0f}s")
+
+    for _attempt in range(2):  # a server whose sources changed is replaced once
+        server = await warm_interpreters.acquire(store, case, plan, tool, additions, start=warm.start)
+        if server is None:
+            return None
+        run_id = new_id("run")
+        run_dir = store.case_dir(case.case_id) / "runs" / run_id
+        run_dir.mkdir(parents=True, exist_ok=True)
+        stdout_path, stderr_path = run_dir / "stdout.log", run_dir / "stderr.log"
+        record = _ForkedRecord(store, case.case_id, run_id, tool, [f"<child forked from {server.run_id}>", *argv[1:]],
+                               str(cwd), additions, stdout_path, stderr_path, server)
+        try:
+            outcome = await run_forked(server.socket_path, plan.request_for(server), argv=argv, timeout_s=timeout_s,
+                                       stdout_path=stdout_path, stderr_path=stderr_path, log_cap=log_cap,
+                                       on_start=record.started, on_progress=tick,
+                                       progress_interval_s=PROGRESS_INTERVAL_S)
+        except BaseException:
+            if record.pid is not None:
+                store.finish_run(run_id, "cancelled", None, None)
+            raise
+        if isinstance(outcome, ForkRefused):
+            if outcome.declined:
+                return None
+            warm_interpreters.refused(server, outcome)
+            if outcome.stale:
+                continue
+            return None
+        store.finish_run(run_id, outcome.status, outcome.exit_code, outcome.signal_name)
+        return RunResult(run_id, outcome, additions, stdout_path, stderr_path, forked_from=server.run_id)
+    return None
+
+
+@dataclass
+class _ForkedRecord:
+    """A forked run's row, written once the child exists (a refused fork leaves no row)."""
+
+    store: Store
+    case_id: str
+    run_id: str
+    tool: str
+    argv: list[str]
+    cwd: str
+    env: dict[str, str]
+    stdout_path: Path
+    stderr_path: Path
+    server: WarmServer
+    pid: int | None = None
+
+    def started(self, pid: int) -> None:
+        self.server.forked += 1
+        self.store.start_run(self.case_id, self.tool, self.argv, self.cwd, self.env, str(self.stdout_path),
+                             str(self.stderr_path), os.getpid(), run_id=self.run_id)
+        self.store.set_run_pid(self.run_id, pid)
+        self.pid = pid
 
 
 def python_argv(case: CaseRecord, script: Path, args: list[str] | None = None) -> list[str]:

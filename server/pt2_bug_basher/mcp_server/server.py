@@ -10,6 +10,7 @@ import importlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import anyio
 from mcp.server import MCPServer
 
 from pt2_bug_basher import __version__
@@ -51,7 +52,12 @@ def create_server(config: ServerConfig) -> MCPServer:
     @asynccontextmanager
     async def lifespan(_server: MCPServer) -> AsyncIterator[AppState]:
         await state.recover()
-        yield state
+        try:
+            yield state
+        finally:
+            from pt2_bug_basher.execution.warm import stop_all
+
+            await anyio.to_thread.run_sync(stop_all, state.store)  # this server's warm interpreters
 
     mcp = MCPServer(SERVER_NAME, title="PT2 Bug Basher", version=__version__, instructions=INSTRUCTIONS,
                     lifespan=lifespan)

@@ -6,8 +6,9 @@
 2. minify: the newest minifier_launcher.py of that run runs `minify` under `_probes/fx_driver.py`:
    a check string from the case's failure pins every trial to it, isolated trials are forked from a
    server that has torch and Inductor imported, progress and each trial's output are kept;
-3. confirm: the minimized repro runs (`run`) in a fresh process and is judged against the case's
-   own failure (never only against the minifier's check), so a drift is reported, not accepted.
+3. confirm: the minimized repro runs (`run`) in a separate process (a new interpreter, or a child forked
+   from the case's warm interpreter, execution/warm.py) and is judged against the case's own failure
+   (never only against the minifier's check), so a drift is reported, not accepted.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import anyio
 from pt2_bug_basher.analysis.compare import RERUN_OR_ACCURACY, describe, run_failure, same_failure
 from pt2_bug_basher.case.store import CaseRecord, Store
 from pt2_bug_basher.execution.runs import execute
+from pt2_bug_basher.execution.warm import WarmRequest
 from pt2_bug_basher.reduce.evaluate import ForkServerEvaluator, case_cuda_available, fork_unsafe
 from pt2_bug_basher.reduce.ladder import PROBES, Reference, run_timeout
 
@@ -217,9 +219,10 @@ async def minify_fx(
     target = out_dir / f"fx_{after}_{nodes}nodes_{time.strftime('%H%M%S')}.py"
     shutil.copyfile(source, target)
     result.minimized = target
-    await progress(f"FX minifier: confirming the {nodes}-node repro in a fresh process")
+    await progress(f"FX minifier: confirming the {nodes}-node repro in a separate process")
     confirm = await execute(store, case, [case.python, str(target)], tool="minify", cwd=target.parent,
-                            env_add=ref.env, timeout_s=run_timeout(ref), progress=progress, label="confirm run")
+                            env_add=ref.env, timeout_s=run_timeout(ref), progress=progress, label="confirm run",
+                            warm=WarmRequest())
     result.run_ids["confirm"] = confirm.run_id
     verdict = run_failure(confirm)
     result.match = same_failure(verdict, ref.failure, RERUN_OR_ACCURACY).level

@@ -18,6 +18,7 @@ from pt2_bug_basher.domain.evidence import ReduceEvidence
 from pt2_bug_basher.domain.names import Step
 from pt2_bug_basher.execution.cpus import usable_cpus
 from pt2_bug_basher.execution.runs import execute
+from pt2_bug_basher.execution.warm import WarmRequest
 from pt2_bug_basher.playbooks import PLAYBOOKS
 from pt2_bug_basher.reduce import minimal
 from pt2_bug_basher.reduce.ladder import Reference, run_timeout
@@ -60,7 +61,8 @@ class MinifyResult(BaseModel):
     resource: str | None = None
     before: dict[str, int] = Field(default_factory=dict, description="size before: lines/bytes/statements or nodes")
     after: dict[str, int] = Field(default_factory=dict)
-    confirmed: bool = Field(False, description="the reduced repro, run alone in a fresh process, fails the case's way")
+    confirmed: bool = Field(False, description="the reduced repro, run alone in a separate process, fails the "
+                                                "case's way")
     comparison: str | None = Field(None, description="signature, exception or category: how it matched")
     minimized_failure: str | None = None
     confirm_run_id: str | None = None
@@ -203,7 +205,8 @@ async def _already_minimal(store: Store, case: CaseRecord, ref: Reference, scrip
         await progress("already minimal: confirming it fails the case's way in a fresh process")
         confirm = await execute(store, case, [case.python, str(script), *ref.args], tool="minify",
                                 cwd=cwd or script.parent, env_add=ref.env, timeout_s=run_timeout(ref),
-                                progress=progress, label="confirm run (already minimal)")
+                                progress=progress, label="confirm run (already minimal)",
+                                warm=WarmRequest())
         seen = run_failure(confirm)
         match = same_failure(seen, ref.failure, RERUN_OR_ACCURACY)
         result.confirmed, result.comparison = match.matches, match.level
@@ -327,7 +330,7 @@ async def _source(store, case, ref, script, budget_s, progress, work, result: Mi
     await progress("source reducer: confirming the reduced repro in a fresh process")
     confirm = await execute(store, case, [case.python, str(confirm_script), *ref.args], tool="minify",
                             cwd=run_cwd, env_add=ref.env, timeout_s=run_timeout(ref), progress=progress,
-                            label="confirm run")
+                            label="confirm run", warm=WarmRequest())
     verdict = run_failure(confirm)
     match = same_failure(verdict, ref.failure, RERUN).level
     result.confirmed = match in ("signature", "exception")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import anyio
 from pydantic import BaseModel, Field
 
 from pt2_bug_basher.analysis.compare import Failure, on_other_ref, same_failure
@@ -13,9 +14,11 @@ from pt2_bug_basher.domain.digest import file_digest
 from pt2_bug_basher.domain.errors import BugBasherError, InvalidInput
 from pt2_bug_basher.domain.evidence import MainCheckEvidence
 from pt2_bug_basher.domain.names import Step, ToolName
+from pt2_bug_basher.execution import warm
 from pt2_bug_basher.execution.pytest.results import FailureInfo, analyse
 from pt2_bug_basher.execution.pytest.session import run_pytest
 from pt2_bug_basher.execution.runs import ProgressFn, check_timeout, execute
+from pt2_bug_basher.execution.warm import WarmRequest
 from pt2_bug_basher.steps._registered import qualified_name, registered_test
 
 TORCH_MARKER = "PT2BB-TORCH:"
@@ -51,6 +54,7 @@ async def make_worktree(state: AppState, case_id: str, action: str = "create", r
     if action == "remove":
         case = state.store.get_case(case_id)
         path = await worktrees.remove(state.store, case, ref, force=force)
+        await anyio.to_thread.run_sync(warm.stop_using, path)
         return WorktreeResult(action="remove", ok=True, ref=ref, worktree=str(path),
                               next_step=(await state.status(case_id)).next_step)
     if action != "create":
@@ -142,7 +146,7 @@ async def _check_torch_source(state: AppState, case: CaseRecord, cwd: Path, env_
     """Import torch exactly as the test run will, and require it to come from the worktree."""
     argv = [case.python, "-c", f"import torch; print({TORCH_MARKER!r} + torch.__file__)"]
     run = await execute(state.store, case, argv, tool=ToolName.make_worktree.value, cwd=cwd, env_add=env_add,
-                        timeout_s=min(timeout, 300.0), label="import torch in the worktree")
+                        timeout_s=min(timeout, 300.0), label="import torch in the worktree", warm=WarmRequest())
     line = next((ln for ln in run.stdout_text().splitlines() if ln.startswith(TORCH_MARKER)), None)
     if line is None:
         tail = " | ".join(run.stderr_text(4000).strip().splitlines()[-4:])

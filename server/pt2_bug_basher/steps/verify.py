@@ -130,9 +130,7 @@ async def run_tests(state: AppState, case_id: str, tests: list[str] | None = Non
     if registered_group:
         groups.append(registered_group)
 
-    python_workers = 0
-    if await session.has_xdist(state.store, case.python):
-        python_workers = xdist_workers()
+    python_workers: int | None = None  # probed once, only when a group selects several tests
     merged = PytestReport()
     registered_ids = {registered.node_id}
     run_ids: list[str] = []
@@ -140,11 +138,15 @@ async def run_tests(state: AppState, case_id: str, tests: list[str] | None = Non
     usage: list[str] = []
     for group in groups:
         selectors, kw = group.selectors, group.keyword
-        many = (kw is not None or group.only is not None or any("::" not in s for s in selectors)
-                or len(selectors) > session.XDIST_MIN_TESTS)
+        # pytest-xdist for whole files, -k selections and long lists; the registered test's variants and a
+        # few node ids run in one process (each xdist worker is a new interpreter that imports torch again).
+        many = kw is not None or any("::" not in s for s in selectors) or len(selectors) > session.XDIST_MIN_TESTS
+        if many and python_workers is None:
+            python_workers = xdist_workers() if await session.has_xdist(state.store, case.python) else 0
         ran = await session.run_pytest(state.store, case, selectors, cwd=cwd, rootdir=root, keyword=kw,
                                        only=group.only, env_add=env_add, tool=ToolName.run_tests.value,
-                                       timeout_s=timeout, progress=progress, workers=python_workers if many else 0,
+                                       timeout_s=timeout, progress=progress,
+                                       workers=(python_workers or 0) if many else 0,
                                        label=f"pytest ({len(selectors)} selectors{', -k ' + kw if kw else ''})")
         run_ids.append(ran.run_id)
         workers_used = max(workers_used, ran.workers)

@@ -16,6 +16,7 @@ from pt2_bug_basher.case.store import CaseRecord, Store, new_id
 from pt2_bug_basher.domain.errors import InvalidInput
 from pt2_bug_basher.execution.pytest.results import PytestReport, parse_report
 from pt2_bug_basher.execution.runs import ProgressFn, RunResult, execute
+from pt2_bug_basher.execution.warm import WarmRequest
 
 PLUGIN_DIR = Path(__file__).resolve().parents[2] / "_probes" / "pytest_plugin"
 PLUGIN = "pt2bb_pytest_report"
@@ -110,7 +111,7 @@ async def run_pytest(
     tail = (["-k", keyword] if keyword else []) + ["--", *(absolute_selector(s, rootdir) for s in selectors)]
     argv = base + options + (["-n", str(workers)] if workers > 1 else []) + tail
     run = await execute(store, case, argv, tool=tool, cwd=cwd, env_add=with_plugin(env_add), timeout_s=timeout_s,
-                        progress=progress, label=label)
+                        progress=progress, label=label, warm=WarmRequest(append_path=(str(PLUGIN_DIR),)))
     stderr = run.stderr_text(64 * 1024)
     if workers > 1 and run.outcome.exit_code == 4 and "-n" in stderr and "unrecognized arguments" in stderr:
         # The project's pytest configuration disables xdist: run serially.
