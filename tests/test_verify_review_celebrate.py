@@ -142,6 +142,18 @@ async def test_verify_review_celebrate(mini: Mini):
         assert len(lines) == 4
 
 
+async def test_verification_after_the_test_changed_points_back_at_the_stale_step(mini: Mini):
+    async with Client(mini.server) as client:
+        case_id = await prepared(mini, client)
+        fix_mini_bug(mini.repo)
+        test_file = mini.repo / "test" / "test_ops.py"
+        test_file.write_text(test_file.read_text() + "\n# imports sorted\n")  # the check on main was of the old file
+        verified = (await call(client, "run_tests", case_id=case_id)).structured_content
+    assert verified["verified"] is True, verified
+    assert "review_changes(" not in verified["next_step"], verified["next_step"]
+    assert "earlier step" in verified["next_step"] and "make_worktree(" in verified["next_step"], verified["next_step"]
+
+
 async def test_worktree_runs_collection_errors_and_selection(mini: Mini):
     async with Client(mini.server) as client:
         case_id = await prepared(mini, client)

@@ -166,6 +166,11 @@ async def run_tests(state: AppState, case_id: str, tests: list[str] | None = Non
         _record_verification(state, case_id, result, merged, registered, registered_ids, nearby, tree_before,
                              tree_after)
     result.next_step = _next(case_id, result, registered, where)
+    if result.verified:
+        status = await state.status(case_id)
+        first_open = next((s for s in status.steps if s.status not in ("done", "waived", "agent")), None)
+        if first_open is not None and first_open.step != Step.review:  # e.g. the test changed: main check stale
+            result.next_step = f"Verified, but an earlier step needs redoing before the review: {status.next_step}"
     return result
 
 
