@@ -117,7 +117,8 @@ async def test_fx_minifier_on_an_accuracy_failure(module_config):
     original = script.read_text()
     async with Client(create_server(module_config)) as client:
         case_id = await reproduced(client, script)
-        result = await client.call_tool("minify", {"case_id": case_id, "mode": "auto", "budget_s": 240})
+        # two compiled ops: minimal for auto mode, so the FX minifier is asked for by name
+        result = await client.call_tool("minify", {"case_id": case_id, "mode": "fx", "after": "aot", "budget_s": 240})
         assert not result.is_error, result.content[0].text
         data = result.structured_content
     assert data["mode"] == "fx" and data["fx"]["level"] == 4, data
@@ -219,11 +220,12 @@ def test_minimality_is_judged_from_the_source():
 
         torch.compile(M().eval())(torch.ones(2))
         """: 2,
+        "def f(x):\n    return torch.pow(x, 3) + x.sum()\ntorch.compile(f)(torch.ones(2))": 3,
     }
     for source, ops in forms.items():
         judged = judge("import torch\n" + textwrap.dedent(source))
         assert judged.compiled_ops == ops, (source, judged)
-        assert judged.minimal == (ops == 1), (source, judged)
+        assert judged.minimal == (ops <= 2), (source, judged)
     unknown = judge("import torch\nimport re\nm = make()\nre.compile('x')\ntorch.compile(m)(torch.ones(2))")
     assert not unknown.minimal and unknown.compiled_ops is None and "m" in (unknown.why_not or "")
 

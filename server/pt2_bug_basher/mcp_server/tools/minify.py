@@ -35,7 +35,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
         crashes, 4 for accuracy) with a check string from the signature, faster trials, progress,
         and the trial output when it stops. mode='source' shrinks the script itself (statements in
         parallel, pysource-minimize, then shapes and integer constants). mode='auto' on a repro that
-        is already minimal (a few statements, one op in the compiled code) reduces nothing and
+        is already minimal (a few statements, one or two ops in the compiled code) reduces nothing and
         records it as such, confirmed to fail the case's way; on a small one (up to 16 statements,
         8 compiled ops) its source reduction gets at most 120 s. Returns minimized_path
         (also a resource), the sizes before and after, whether it was confirmed, and next_step."""
