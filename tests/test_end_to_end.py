@@ -191,7 +191,7 @@ async def test_the_whole_method_on_a_torch_checkout(torch_checkout: TorchCheckou
         assert '-            reverse = kwargs["reverse"]' in reviewed["diff"]
 
         done = await ok(client, "celebrate", **args, **celebrate_args)
-        assert done["test_added"] == f"{TEST_FILE}::{TEST_NAME}"
+        assert done["test_added"] == f"{TEST_FILE}::{TEST_NAME.replace('.', '::')}"
         assert "InternalTorchDynamoError" in done["failed_before"]
         assert {t["outcome"] for t in done["tests_verified"]} == {"passed"}
         assert {s["path"] for s in done["diff_stat"]} >= {BUILTIN, TEST_FILE}

@@ -282,7 +282,9 @@ async def test_a_small_repro_gets_a_short_source_reduction(module_config):
     assert any("small already" in note for note in data["notes"]), data["notes"]
     assert data["confirmed"] and data["seconds"] <= 120 + 5, data
     runs = Store(module_config.state_dir).runs(case_id)
-    [server] = [run for run in runs if "forkserver.py" in " ".join(run.argv)]
+    # the reducer's own fork server (the case's warm interpreter is one too, started by run_with_logs)
+    [server] = [run for run in runs if run.tool == "minify" and "forkserver.py" in " ".join(run.argv)
+                and "pt2bb-warm" not in " ".join(run.argv)]
     # backend="eager" only: Dynamo is imported once in the server, Inductor never
     assert server.argv[-2:] == ["torch", "torch._dynamo"], server.argv
 

@@ -103,7 +103,7 @@ async def test_celebrate_summary_is_paste_ready_and_fits_a_cpu_dynamo_case(mini:
         (mini.repo / "scratch.py").write_text("print('scratch')\n")
         assert (await call(client, "run_tests", case_id=case_id, run_nearby=True))["verified"]
         reviewed = await call(client, "review_changes", case_id=case_id)
-        both = ["test/test_ops.py::TestOps.test_double_large", "test/test_ops.py::TestOps.test_double_twenty"]
+        both = ["test/test_ops.py::TestOps::test_double_large", "test/test_ops.py::TestOps::test_double_twenty"]
         assert reviewed["ok"] and reviewed["tests_added"] == both
         done = [await call(client, "celebrate", case_id=case_id,
                            root_cause="double() rejected inputs above ten through a validation nobody needed.",
@@ -112,7 +112,7 @@ async def test_celebrate_summary_is_paste_ready_and_fits_a_cpu_dynamo_case(mini:
     data = done[0]
     assert data["tests_added"] == both
     summary = data["summary"]
-    for name in ("TestOps.test_double_large", "TestOps.test_double_twenty"):
+    for name in ("TestOps::test_double_large", "TestOps::test_double_twenty"):
         assert f"- Added `test/test_ops.py::{name}`" in summary
     # The failure: one clean line of whole sentences; PyTorch's hint complete, on its own line.
     assert data["failed_before"] == "ValueError: " + LONG_MESSAGE

@@ -61,7 +61,7 @@ async def test_review_runs_ruff_on_the_changed_lines(mini: Mini):
     assert data["ok"] is True and f"pkg/ops.py:{unused_line}" in data["next_step"]
     run = mini.store.get_run(lint["run_id"])
     assert run.argv[:4] == [sys.executable, "-m", "ruff", "check"] and run.cwd == str(mini.repo)
-    assert data["tests_added"] == ["test/test_ops.py::TestOps.test_double_large"]
+    assert data["tests_added"] == ["test/test_ops.py::TestOps::test_double_large"]
 
 
 async def test_review_says_when_no_linter_is_installed(mini: Mini, venv_without_torch: Path):

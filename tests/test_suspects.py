@@ -59,6 +59,7 @@ def test_a_bisected_lowering_ranks_the_helpers_the_failing_run_called():
 
     site = where(lowerings[torch.ops.aten.pow.Tensor_Scalar])
     assert site is not None and site["function"] == "pow"
+    assert source_line(site["file"], site["line"]).startswith("def pow("), site  # past its decorator
     culprit = Application(counter=0, debug="pow_1", subject="aten.pow.Tensor_Scalar", sites=[SourceSite(**site)])
     report = BisectReport(
         backend="inductor", subsystem="lowerings", kind="bisect", bisect_number=0, applications=1, culprit=culprit,

@@ -124,7 +124,7 @@ async def test_verify_review_celebrate(mini: Mini):
                           fix_summary="Drop the bogus validation so double() handles every number again.")
         data = done.structured_content
         assert not done.is_error, done.content
-        assert data["test_added"] == "test/test_ops.py::TestOps.test_double_large"
+        assert data["test_added"] == "test/test_ops.py::TestOps::test_double_large"
         assert "ValueError" in data["failed_before"]
         assert {t["outcome"] for t in data["tests_verified"]} == {"passed"} and len(data["tests_verified"]) == 3
         assert {s["path"] for s in data["diff_stat"]} == {"pkg/ops.py", "test/test_ops.py"}
@@ -147,7 +147,16 @@ async def test_verification_after_the_test_changed_points_back_at_the_stale_step
         case_id = await prepared(mini, client)
         fix_mini_bug(mini.repo)
         test_file = mini.repo / "test" / "test_ops.py"
-        test_file.write_text(test_file.read_text() + "\n# imports sorted\n")  # the check on main was of the old file
+        # A comment, blank lines and reordered imports (what a linter fixes) leave the check on main standing ...
+        original = test_file.read_text()
+        imports = [line for line in original.splitlines() if line.startswith(("import ", "from "))]
+        assert len(imports) >= 2, original
+        relaid = original.replace(imports[0] + "\n", "").replace(imports[1], imports[1] + "\n" + imports[0])
+        test_file.write_text("# sorted by the linter\n\n" + relaid)
+        status = (await call(client, "get_workflow", case_id=case_id)).structured_content["case"]
+        assert step(status, "main_check")["status"] == "done", step(status, "main_check")
+        # ... any other edit of the test file makes it stale
+        test_file.write_text(test_file.read_text() + "\n\ndef helper():\n    return 1\n")
         verified = (await call(client, "run_tests", case_id=case_id)).structured_content
     assert verified["verified"] is True, verified
     assert "review_changes(" not in verified["next_step"], verified["next_step"]

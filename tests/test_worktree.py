@@ -91,9 +91,9 @@ async def test_the_test_fails_on_main_in_a_worktree(mini: Mini):
     # The primary checkout is untouched: the state directory stays out of git status.
     assert git(mini.repo, "status", "--porcelain").strip() == "M test/test_ops.py"
 
-    # Editing the registered test after the check (a lint fix, say) makes the check stale: it ran other code.
+    # Editing the registered test's code after the check makes the check stale: it ran other code.
     test_file = mini.repo / "test" / "test_ops.py"
-    test_file.write_text(test_file.read_text() + "\n# tidied after the main check\n")
+    test_file.write_text(test_file.read_text() + "\n\nLIMIT = 21  # added after the main check\n")
     status = (await call(mini, "get_workflow", case_id=case_id)).structured_content["case"]
     main_check = next(s for s in status["steps"] if s["step"] == "main_check")
     assert main_check["status"] == "stale" and "registered test has changed" in main_check["evidence"]

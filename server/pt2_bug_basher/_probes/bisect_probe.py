@@ -51,9 +51,12 @@ def where(fn) -> dict | None:
     fn = unwrap(fn)
     try:
         path = inspect.getsourcefile(fn)
-        _, line = inspect.getsourcelines(fn)
+        lines, line = inspect.getsourcelines(fn)
     except (TypeError, OSError):
         return None
+    # the `def` line, not the first decorator's
+    line += next((i for i, text in enumerate(lines) if text.lstrip().startswith(("def ", "async def ", "class "))),
+                 0)
     if not path:
         return None
     path = os.path.abspath(path)

@@ -241,7 +241,8 @@ _TEST_DEF = re.compile(r"^\s*(?:async\s+)?def\s+(test\w*)\s*\(")
 
 
 def added_tests(diff: Diff, repo_root: Path) -> list[str]:
-    """`file::Class.test_name` (or `file::test_name`) of each test function the change adds to a test file."""
+    """The pytest node id (`file::Class::test_name` or `file::test_name`) of each test function the change adds
+    to a test file."""
     found: list[str] = []
     for change in diff.files:
         if not (change.path.endswith(".py") and is_test_path(change.path)) or change.status == "deleted":
@@ -268,7 +269,7 @@ def _test_owners(path: Path) -> dict[int, str]:
     def visit(node: ast.AST, prefix: str) -> None:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.ClassDef):
-                visit(child, f"{prefix}{child.name}.")
+                visit(child, f"{prefix}{child.name}::")
             elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 owners[child.lineno] = f"{prefix}{child.name}"
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from pt2_bug_basher.case.store import EvidenceRecord, Store, WaiverRecord
-from pt2_bug_basher.domain.digest import file_digest
+from pt2_bug_basher.domain.digest import python_source_digest
 from pt2_bug_basher.domain.errors import GateClosed, InvalidInput
 from pt2_bug_basher.domain.evidence import MainCheckEvidence, ReproduceEvidence
 from pt2_bug_basher.domain.names import Step, ToolName
@@ -70,7 +70,7 @@ STEPS: tuple[StepSpec, ...] = (
     StepSpec(Step.root_cause, 9, "Find the root cause", None, "read the code the artifacts point at", observed=False),
     StepSpec(Step.fix, 10, "Fix it", None, "edit the source in the repository", observed=False),
     StepSpec(Step.verify, 11, "Verify: the new test and nearby tests pass", ToolName.run_tests,
-             'run_tests(case_id="{case_id}", tests=["<registered test>", "<nearby tests>"])', current_tree=True),
+             'run_tests(case_id="{case_id}")', current_tree=True),
     StepSpec(Step.review, 12, "Self-review the change", ToolName.review_changes,
              'review_changes(case_id="{case_id}")', current_tree=True, rebased_on=(Step.verify,)),
     StepSpec(Step.celebrate, 13, "Celebrate", ToolName.celebrate,
@@ -179,7 +179,7 @@ class Workflow:
         found = record.payload(MainCheckEvidence)
         if not found.test_file or not found.test_sha256:
             return False
-        return file_digest(Path(self.case.repo) / found.test_file) != found.test_sha256
+        return python_source_digest(Path(self.case.repo) / found.test_file) != found.test_sha256
 
     def _rebased(self, spec: StepSpec, record: EvidenceRecord) -> bool:
         for base in spec.rebased_on:

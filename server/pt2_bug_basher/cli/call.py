@@ -60,9 +60,11 @@ async def call_tool(config: ServerConfig, tool: str, arguments: dict[str, Any],
     return 0, json.dumps(result.structured_content, indent=2, ensure_ascii=False)
 
 
-def run(config: ServerConfig, tool: str, arguments_text: str, stdout: TextIO = sys.stdout,
-        stderr: TextIO = sys.stderr) -> int:
+def run(config: ServerConfig, tool: str, arguments_text: str, stdout: TextIO | None = None,
+        stderr: TextIO | None = None) -> int:
     import anyio
+
+    stdout, stderr = stdout or sys.stdout, stderr or sys.stderr  # the streams of the moment, not of the import
 
     from pt2_bug_basher.cli.render import ProgressLine
     from pt2_bug_basher.domain.errors import BugBasherError
@@ -115,8 +117,10 @@ async def list_tools(config: ServerConfig) -> list[dict[str, Any]]:
     return [tool.model_dump(by_alias=True, exclude_none=True, mode="json") for tool in listed.tools]
 
 
-def run_tools(config: ServerConfig, as_json: bool, stdout: TextIO = sys.stdout) -> int:
+def run_tools(config: ServerConfig, as_json: bool, stdout: TextIO | None = None) -> int:
     import anyio
+
+    stdout = stdout or sys.stdout
 
     logging.getLogger("mcp").setLevel(logging.WARNING)
     tools = anyio.run(lambda: list_tools(config))

@@ -78,7 +78,8 @@ class MainCheckEvidence(EvidencePayload):
     category: str | None = None
     torch_file: str | None = None
     test_file: str | None = None
-    test_sha256: str | None = Field(None, description="the registered test file's content when it ran on the ref")
+    test_sha256: str | None = Field(None, description="digest of the registered test file's meaning (its syntax tree, "
+                                                      "imports sorted) when it ran on the ref")
 
 
 class LogsEvidence(EvidencePayload):

@@ -86,11 +86,11 @@ async def celebrate(state: AppState, case_id: str, root_cause: str, fix_summary:
     on_tree = [f.text for f in warnings if f.kind in WORKTREE_KINDS or (f.file and f.file in untracked)]
     on_change = [f.text for f in warnings if f.text not in on_tree]
     failure = summarise_failure(test_data.message, test_data.exception_type) if test_data else None
-    registered = f"{test_data.test_file}::{test_data.test_name}" if test_data else "(waived)"
+    registered = _node_id(test_data) if test_data else "(waived)"
     added = [registered] if test_data else []
     for record in state.store.evidence(case_id, Step.test.value):
         earlier = record.payload(TestEvidence)
-        name = f"{earlier.test_file}::{earlier.test_name}"
+        name = _node_id(earlier)
         # A test registered earlier counts while the change still adds it.
         if record.ok and (not review_data.tests_added or name in review_data.tests_added):
             added.append(name)
@@ -201,3 +201,8 @@ def _markdown(r: CelebrateResult) -> str:
     if r.review_warnings:
         out += ["", "## Review notes"] + [f"- {' '.join(w.split())}" for w in r.review_warnings]
     return "\n".join(out)
+
+
+def _node_id(test: TestEvidence) -> str:
+    """The test as pytest names it: `file::Class::test` (a registered name is `Class.test`)."""
+    return f"{test.test_file}::{test.test_name.replace('.', '::')}"

@@ -168,9 +168,10 @@ async def run_tests(state: AppState, case_id: str, tests: list[str] | None = Non
     result.next_step = _next(case_id, result, registered, where)
     if result.verified:
         status = await state.status(case_id)
-        first_open = next((s for s in status.steps if s.status not in ("done", "waived", "agent")), None)
-        if first_open is not None and first_open.step != Step.review:  # e.g. the test changed: main check stale
-            result.next_step = f"Verified, but an earlier step needs redoing before the review: {status.next_step}"
+        stale = next((s for s in status.steps if s.status == "stale" and s.step != Step.review), None)
+        if stale is not None:  # e.g. the test changed after the check on main: review would refuse
+            result.next_step = (f"Verified, but an earlier step needs redoing before the review: step {stale.number} "
+                                f"({stale.title}) is stale: {stale.tool_call}")
     return result
 
 
