@@ -119,7 +119,8 @@ _LOCKS: dict[tuple, anyio.Lock] = {}
 _FAILED: dict[tuple, float] = {}
 
 
-def _code_without_comments(code: str) -> str:
+def code_without_comments(code: str) -> str:
+    """The code with its comments left out (a launcher's header says "torch cuda version: None")."""
     try:
         tokens = [t for t in tokenize.generate_tokens(io.StringIO(code).readline) if t.type != tokenize.COMMENT]
         return tokenize.untokenize(tokens)
@@ -129,7 +130,7 @@ def _code_without_comments(code: str) -> str:
 
 def unsafe_source(code: str) -> str | None:
     """Why code must not run in a forked child (it writes the environment or uses CUDA), else None."""
-    text = _code_without_comments(code)
+    text = code_without_comments(code)
     if _ENV_WRITE.search(text):
         return "it writes the environment"
     if _CUDA.search(text):

@@ -11,12 +11,10 @@ child (the server's group and its descendants), and a candidate past its timeout
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
 import re
 import time
-import tokenize
 from pathlib import Path
 
 import anyio
@@ -26,6 +24,7 @@ from pt2_bug_basher.domain.errors import BugBasherError
 from pt2_bug_basher.execution.cpus import usable_cpus
 from pt2_bug_basher.execution.runner import ProcessOutcome, run_process
 from pt2_bug_basher.execution.runs import BASE_ENV, RunResult, execute
+from pt2_bug_basher.execution.warm import code_without_comments
 from pt2_bug_basher.reduce.ladder import LAUNCHER, PROBES, Reference, fake_result
 
 FORKSERVER = PROBES / "forkserver.py"
@@ -76,15 +75,6 @@ def case_cuda_available(case: CaseRecord) -> bool | None:
     return found if isinstance(found, bool) else None
 
 
-def _without_comments(code: str) -> str:
-    """The code with its comments left out (a launcher's header says "torch cuda version: None")."""
-    try:
-        tokens = [t for t in tokenize.generate_tokens(io.StringIO(code).readline) if t.type != tokenize.COMMENT]
-        return tokenize.untokenize(tokens)
-    except (tokenize.TokenError, SyntaxError, ValueError):
-        return "\n".join(line.split("#", 1)[0] for line in code.splitlines())
-
-
 def fork_unsafe(code: str, *, cuda_available: bool | None) -> bool:
     """Trials of code that runs on CUDA run in fresh processes: a process that initialised CUDA is never forked.
 
@@ -95,7 +85,7 @@ def fork_unsafe(code: str, *, cuda_available: bool | None) -> bool:
     """
     if cuda_available is False:
         return False
-    return _CUDA_RE.search(_without_comments(code)) is not None
+    return _CUDA_RE.search(code_without_comments(code)) is not None
 
 
 class ForkServerEvaluator(Evaluator):
