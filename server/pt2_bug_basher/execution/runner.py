@@ -229,6 +229,14 @@ def run_short_sync(argv: list[str], env: dict[str, str], timeout_s: float) -> st
     return out if process.returncode == 0 else None
 
 
+async def _ticks(on_progress, interval_s: float, started: float) -> None:
+    """Report the elapsed seconds every interval_s until cancelled (nothing without on_progress)."""
+    if on_progress is None:
+        return
+    while True:
+        await anyio.sleep(interval_s)
+        await on_progress(time.monotonic() - started)
+
 async def _terminate(process: anyio.abc.Process) -> list[int]:
     """SIGTERM the group, give it a moment, then SIGKILL the group and stragglers."""
     victims = _descendants(process.pid)
@@ -300,19 +308,12 @@ async def run_process(
         except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
             return
 
-    async def tick() -> None:
-        if on_progress is None:
-            return
-        while True:
-            await anyio.sleep(progress_interval_s)
-            await on_progress(time.monotonic() - started)
-
     try:
         async with anyio.create_task_group() as readers:
             readers.start_soon(pump, process.stdout, stdout_log)
             readers.start_soon(pump, process.stderr, stderr_log)
             async with anyio.create_task_group() as waiter:
-                waiter.start_soon(tick)
+                waiter.start_soon(_ticks, on_progress, progress_interval_s, started)
                 with anyio.move_on_after(timeout_s) as scope:
                     await process.wait()
                 waiter.cancel_scope.cancel()
@@ -508,18 +509,11 @@ async def run_forked(
             if on_start is not None:
                 on_start(pid)
 
-            async def tick() -> None:
-                if on_progress is None:
-                    return
-                while True:
-                    await anyio.sleep(progress_interval_s)
-                    await on_progress(time.monotonic() - started)
-
             async with anyio.create_task_group() as readers:
                 readers.start_soon(_pump_fd, out_r, stdout_log)
                 readers.start_soon(_pump_fd, err_r, stderr_log)
                 async with anyio.create_task_group() as waiter:
-                    waiter.start_soon(tick)
+                    waiter.start_soon(_ticks, on_progress, progress_interval_s, started)
                     with anyio.move_on_after(timeout_s) as scope:
                         reply = await _read_line(stream, buffer)
                     if scope.cancelled_caught:
