@@ -667,3 +667,68 @@ def test_equal_printed_eager_and_compiled_values_are_no_accuracy_evidence():
     # values printed over several lines are not compared from their first line
     two_rows = "eager: tensor([[1., 2.],\n        [3., 4.]])\ncompiled: tensor([[1., 2.],\n        [3., 5.]])\n"
     assert classify(two_rows, exit_code=0).category == "accuracy"
+
+
+# --------------------------------------------------------------------------------------------
+# Classes of real text added with the fifth held-out batch (tu5-* from public issues: even issue
+# numbers and other repositories)
+
+
+def test_after_aot_debug_wrapper_is_compile_time():
+    # pytorch/pytorch#140220: cut in after_aot.debug_wrapper, which calls the compiler (not a runtime frame)
+    d = TUNING_BY_ID["tu5-bcf-01"]
+    assert "in debug_wrapper" in d["text"].splitlines()[-2]
+    c = classify(d["text"])
+    assert c.category == "backend_compiler_failed" and c.phase == "backend_compile"
+    evidence_has(c, d["text"], "after_aot.py")
+    # the same file's deferred_for_real_inputs runs the compiled graph
+    ran = ('Traceback (most recent call last):\n'
+           '  File "/v/torch/_dynamo/repro/after_aot.py", line 9, in deferred_for_real_inputs\n'
+           '    return inner_compiled_fn(real_inputs)\n'
+           'RuntimeError: boom\n')
+    assert classify(ran).category == "runtime_crash"
+
+
+def test_traceback_cut_below_a_call_of_torch_dynamo_export_is_export():
+    # pytorch/pytorch#129534: the ONNX exporter calls torch._dynamo.export; the excerpt ends in eval_frame
+    d = TUNING_BY_ID["tu5-exp-01"]
+    c = classify(d["text"])
+    assert c.category == "export" and c.confidence < 0.6
+    evidence_has(c, d["text"], "in generate_fx")  # the frame whose line calls torch._dynamo.export
+    # the same frames below a torch.compile'd call say nothing
+    compiled = d["text"].replace("torch._dynamo.export(", "torch.compile(")
+    assert classify(compiled).category == "unknown"
+
+
+def test_guard_creation_stack_is_weak_dynamic_shapes_not_an_error_location():
+    # pytorch/pytorch#144852: only the `Created at:` stack of a guard whose creation failed (Dynamo's
+    # output_graph frames, which would otherwise read as a Dynamo internal error)
+    d = TUNING_BY_ID["tu5-exp-02"]
+    c = classify(d["text"])
+    assert c.category == "dynamic_shapes" and c.confidence < 0.5 and "dynamo_internal" not in c.secondary
+    assert {e.rule for e in c.evidence} == {"guard_creation_failed"}
+    # pytorch/pytorch#122294: with the shape_env guard's description the same log is stronger
+    assert classify(TUNING_BY_ID["tu5-ds-03"]["text"]).confidence > c.confidence
+
+
+def test_printed_nan_checks_that_differ_between_eager_and_compiled_are_accuracy():
+    # pytorch/pytorch#178084: `mode cuda+float32+eager: has_nan=False` then `...+compile: has_nan=True`
+    d = TUNING_BY_ID["tu5-acc-03"]
+    c = classify(d["text"], exit_code=0)
+    assert c.category == "accuracy"
+    evidence_has(c, d["text"], "compile: has_nan=True")
+    same = "eager: has_nan=False, has_inf=False\ncompiled: has_nan=False, has_inf=False\n"
+    assert classify(same, exit_code=0).category == "unknown"
+    assert classify("has_nan=False\nhas_nan=True\n", exit_code=0).category == "unknown"  # no side named
+
+
+def test_inductors_bounds_assert_failing_on_the_device_is_triton():
+    # pytorch/pytorch#100530: `Assertion \`index out of bounds: 0 <= tmp4 < 24\` failed` at a frozen-importlib
+    # location (not Triton's `unknown:`): the bounds check of a generated kernel
+    d = TUNING_BY_ID["tu5-tr-05"]
+    c = classify(d["text"])
+    assert c.category == "triton" and "runtime_crash" in c.secondary
+    # eager's own indexing assert stays a runtime crash
+    eager = ('/pytorch/aten/src/ATen/native/cuda/IndexKernel.cu:142: operator(): block: [0,0,0], thread: [90,0,0] '
+             'Assertion `index >= -sizes[i] && index < sizes[i] && "index out of bounds"` failed.\n')
+    assert classify(eager).category == "runtime_crash"

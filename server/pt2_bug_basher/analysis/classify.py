@@ -198,6 +198,10 @@ RULES: tuple[Rule, ...] = (
        r"(?:^|[\s:\]])(?:unknown:\d+|\S*torchinductor_\S+\.py:\d+|\S*triton_helpers\.py:\d+): unknown: "
        r"(?:block: \[|global id: \[).{0,200}Assertion `"),
     _r("triton_device_assert_error", "triton", 4.0, "Triton Error [CUDA]: device-side assert"),
+    # Inductor's generated bounds check (`0 <= tmp4 < 24`, its temporaries) failing on the device,
+    # whatever location the assert reports (eager indexing asserts read `index >= -sizes[i]`)
+    _r("inductor_device_index_assert", "triton", 5.0, "Assertion `index out of bounds: 0 <= tmp",
+       r"block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion `index out of bounds: 0 <= tmp\d+ < "),
     _r("triton_frame", "triton", 1.0, ("triton/compiler", "triton/runtime", "triton.compile("),
        r"triton/(?:compiler|runtime)/\w+\.py|triton\.compile\("),
     _r("triton_kernel_source", "triton", 1.0, "tl.",
@@ -218,6 +222,9 @@ RULES: tuple[Rule, ...] = (
     _r("shape_env_guard_failed", "dynamic_shapes", 2.0, ("range_refined_to_singleton", "Source: shape_env",
                                                          "Create Function: SHAPE_ENV", "Failing guard allocated at")),
     # the symbolic-shapes log (TORCH_LOGS=dynamic): weak, it shows dynamic shapes at work, not a failure
+    # `Created at:` logged by torch/_guards.py when building a guard raised (most often the shape-env
+    # guard: a dynamic dim specialized); the stack below it is where the guard was made, not an error
+    _r("guard_creation_failed", "dynamic_shapes", 1.5, "Created at:", r"_guards\.py:\d+\].*\bCreated at:"),
     _r("symbolic_shapes_log", "dynamic_shapes", 1.0, ("create_symbol ", "[guard added]", "set_replacement "),
        r"symbolic_shapes(?:\.py:\d+\]|: \[\w+\])"),
     _r("dynamic_logs_hint", "dynamic_shapes", 1.0, 'TORCH_LOGS="+dynamic"'),
@@ -285,6 +292,7 @@ _COMPARE_CODE = re.compile(r"allclose|assert_close|assert_equal|\bequal\(|isclos
                            r"opt|ref|expected|actual)\w*\b|\bdiff\b|mismatch", re.I)
 
 
+_CALLS_EXPORT = re.compile(r"\btorch\.(?:export\.(?:export|draft_export)|_dynamo\.export|_export\.\w+)\(")
 _CALLS_BACKEND = re.compile(r"\b(?:compile_subgraph|compile_and_call_fx_graph|call_user_compiler|compile_fx)\(")
 
 
@@ -316,6 +324,8 @@ def _frame_kind(f: Frame) -> str:
         return "triton"
     if path.endswith("triton_kernel_wrap.py"):
         return "triton"
+    if _CALLS_EXPORT.search(f.code or ""):
+        return "export"  # the line calls torch.export (or torch._dynamo.export): what follows is export
     if not f.in_torch:
         return "user" if not re.search(r"site-packages|dist-packages|/lib/python|^<", path) else "lib"
     if "/_inductor/" in path or path.startswith("torch/_inductor"):
@@ -340,7 +350,8 @@ def _frame_kind(f: Frame) -> str:
                 or "/backends/" in path:
             return "compile"
         if "/repro/after_aot" in path:
-            return "runtime"
+            # debug_wrapper calls the compiler; deferred_for_real_inputs / inner_debug_fn run the result
+            return "compile" if func == "debug_wrapper" else "runtime"
         if path.endswith("exc.py"):
             return "trace"
         if any(k in path for k in _DYNAMO_TRACING):
@@ -391,6 +402,9 @@ def _structural(p: ParsedFailure, hits: list[_Hit], text: str = "") -> dict:
             final_blk = b
             break
     frames = final_blk.frames if final_blk else []
+    if final_blk is not None and final_blk.exc is None and final_blk.frame_lines \
+            and _line_above(text, final_blk.frame_lines[0][1]).endswith("Created at:"):
+        frames = []  # a guard's creation stack (logged when building the guard failed), not an error's
     kinds = [_frame_kind(f) for f in frames]
 
     def add(cat: str, w: float, rule: str, line_no: int = -1, text: str = "") -> None:
@@ -616,6 +630,36 @@ def _printed_values_agree(hits: list[_Hit]) -> bool:
     return bool(values["eager"]) and values["eager"] == values["compiled"]
 
 
+# `has_nan=True`, `isinf: False`, `all_finite = True`: a boolean check printed about a result
+_PRINTED_FLAG = re.compile(r"(?i)\b((?:has|is|any|all)?_?(?:nan|inf|finite)\w*)\s*[=:]\s*(True|False)\b")
+_EAGER_WORD = re.compile(r"(?i)\beager\b")
+_COMPILED_WORD = re.compile(r"(?i)\b(?:compiled?|inductor|optimized)\b")
+
+
+def _printed_flags_disagree(text: str, hits: list[_Hit]) -> None:
+    """The script printed the same NaN/Inf check for its eager and its compiled result and the
+    answers differ (`eager: has_nan=False`, `compile: has_nan=True`): a wrong compiled result."""
+    lo = max(0, len(text) - TAIL)
+    seen: dict[str, dict[str, str]] = {"eager": {}, "compiled": {}}
+    compiled_lines: list[tuple[int, str, dict[str, str]]] = []
+    for m in re.finditer(r"(?m)^.*\b(?:True|False)\b.*$", text[lo:]):
+        line = m.group(0)
+        flags = {f.group(1).lower(): f.group(2) for f in _PRINTED_FLAG.finditer(line)}
+        if not flags:
+            continue
+        eager, compiled = bool(_EAGER_WORD.search(line)), bool(_COMPILED_WORD.search(line))
+        if eager == compiled:
+            continue  # neither side named, or both on one line
+        side = "eager" if eager else "compiled"
+        seen[side].update(flags)
+        if compiled:
+            compiled_lines.append((lo + m.start(), line, flags))
+    for pos, line, flags in compiled_lines:
+        if any(seen["eager"].get(k, v) != v for k, v in flags.items()):
+            hits.append(_Hit(pos, -1, line, "printed_check_differs", "accuracy", 3.0))
+            return
+
+
 # --------------------------------------------------------------------------------------------
 # Compile mode
 
@@ -717,6 +761,7 @@ def classify(text: str, exit_code: int | None = None, signal_name: str | None = 
     hits: list[_Hit] = []
     facts = _structural(parsed, hits, text)
     _scan_lines(text, hits)
+    _printed_flags_disagree(text, hits)
     if _printed_values_agree(hits):
         hits = [h for h in hits if h.rule not in _PRINT_RULES]
     mode = _compile_mode(text, parsed)
