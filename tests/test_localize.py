@@ -77,6 +77,13 @@ async def test_graph_break_fails_in_eager_so_dynamo(module_config, tmp_path_fact
     # exact signatures hold for a Dynamo error whatever the backend
     assert data["comparison"] == "exact signature"
     assert len(result.content[0].text) < 8000
+    # The rungs that ran are children of the case's warm interpreter (a CPU-only torch), each its own run;
+    # for a bug in Dynamo nothing of the bisector is started: no table probe, no trial server.
+    store = Store(module_config.state_dir)
+    ran = [r for r in data["table"] if r["run_id"] != "-"]
+    assert all(store.get_run(r["run_id"], case_id).argv[0].startswith("<child forked from run-") for r in ran), ran
+    localize_runs = [r for r in store.runs(case_id) if r.tool == "localize" and r.status != "cancelled"]
+    assert len(localize_runs) == len(ran), [r.argv[:3] for r in localize_runs]
 
 
 @pytest.mark.slow
