@@ -24,11 +24,12 @@ RUFF_CONFIG = '[lint]\nselect = ["F"]\n'
 OPS_WITH_OLD_LINT = "import os\n\n\ndef double(x):\n"  # an unused import already on main: not the change's
 
 
-async def reviewed_with_lint(mini: Mini, python: str) -> dict:
+async def reviewed_with_lint(mini: Mini, python: str, config: str | None = RUFF_CONFIG, added: str = "") -> dict:
     """A case whose change adds a lint error next to one main already had; review it with `python`."""
     ops = mini.repo / "pkg" / "ops.py"
     git(mini.repo, "checkout", "-q", "main")
-    (mini.repo / "ruff.toml").write_text(RUFF_CONFIG)
+    if config is not None:
+        (mini.repo / "ruff.toml").write_text(config)
     ops.write_text(ops.read_text().replace("def double(x):\n", OPS_WITH_OLD_LINT, 1))
     git(mini.repo, "add", "-A")
     git(mini.repo, "commit", "-q", "-m", "lint config")
@@ -36,7 +37,7 @@ async def reviewed_with_lint(mini: Mini, python: str) -> dict:
     git(mini.repo, "merge", "-q", "--ff-only", "main")
     add_test(mini.repo, "test/test_ops.py", LARGE_TEST)
     fix_mini_bug(mini.repo)
-    ops.write_text(ops.read_text() + "\n\ndef triple(x):\n    unused = x\n    return x * 3\n")
+    ops.write_text(ops.read_text() + "\n\ndef triple(x):\n" + added + "    unused = x\n    return x * 3\n")
     case_id = mini.new_case(python=python)
     seed_test(mini.store, case_id)
     async with Client(mini.server) as client:
@@ -62,6 +63,20 @@ async def test_review_runs_ruff_on_the_changed_lines(mini: Mini):
     run = mini.store.get_run(lint["run_id"])
     assert run.argv[:4] == [sys.executable, "-m", "ruff", "check"] and run.cwd == str(mini.repo)
     assert data["tests_added"] == ["test/test_ops.py::TestOps::test_double_large"]
+
+
+async def test_without_a_lint_config_the_defaults_are_named_and_import_order_left_out(mini: Mini):
+    data = await reviewed_with_lint(mini, sys.executable, config=None, added="    import sys\n    import os\n")
+    lint = data["lint"]
+    assert lint["status"] == "ran", lint
+    codes = {f["code"] for f in lint["on_changed_lines"]}
+    assert "F841" in codes and not any(code.startswith("I") for code in codes), lint
+    assert "no ruff configuration" in lint["note"] and "import-order findings were left out" in lint["note"], lint
+    # with a configuration that selects import order, those findings stand
+    configured = await reviewed_with_lint(mini, sys.executable, config='[lint]\nselect = ["F", "I"]\n',
+                                          added="    import sys\n    import os\n")
+    assert "I001" in {f["code"] for f in configured["lint"]["on_changed_lines"]}, configured["lint"]
+    assert "no ruff configuration" not in configured["lint"]["note"]
 
 
 async def test_review_says_when_no_linter_is_installed(mini: Mini, venv_without_torch: Path):
