@@ -117,6 +117,9 @@ async def test_accuracy_failure_only_in_inductor(module_config):
         fixed_by = {t["subsystem"] for t in bisection["trials"] if t["max_enabled"] == -1 and t["outcome"] == "fixed"}
         assert fixed_by == {"lowerings"}, bisection["trials"]
         assert "cudagraphs" not in {t["subsystem"] for t in bisection["trials"]}  # a CPU-only torch
+        # no point is tried twice: the search probe that finds the culprit also counts its helpers' calls
+        points = [(t["subsystem"], t["max_enabled"]) for t in bisection["trials"] if t["max_enabled"] is not None]
+        assert len(points) == len(set(points)) and bisection["applications"] > 1, bisection["trials"]
         # the first suspect is the C++ code generator of relu, where the testing hook corrupts it
         top = data["suspects"][0]
         assert top["file"] == "torch/_inductor/codegen/cpp.py" and top["function"].endswith("Overrides.relu"), top
@@ -157,6 +160,8 @@ async def test_accuracy_failure_only_in_inductor(module_config):
     assert kernel["aten_ops"] == ["aten.relu.default", "aten.mul.Tensor"]
     assert "auto tmp1 = tmp0 + decltype(tmp0)(1);" in kernel["excerpt"]
     assert "localize found only backend='inductor' wrong" in artifacts["next_step"]
+    # ... and names localize's first suspect rather than sending the agent to every lowering
+    assert f"first suspect is {top['function']} at {top['file']}:{top['line']}" in artifacts["next_step"]
 
 
 RANDOM_MISMATCH = '''\

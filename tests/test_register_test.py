@@ -91,7 +91,7 @@ async def test_a_failing_test_that_matches_the_reproduction_is_registered(mini: 
     assert data["failure"]["exception_type"].endswith("ValueError")
     assert "double() cannot take 21" in data["failure"]["message"]
     assert "test_ops.py" in data["failure"]["frame"] or "ops.py" in data["failure"]["frame"]
-    assert "make_worktree" in data["next_step"]
+    assert "make_worktree" in data["next_step"] and "makes it stale" in data["next_step"]
     [evidence] = [e for e in mini.store.evidence(case, "test") if e.ok]
     assert evidence.tree_hash and evidence.run_id == data["run_id"]
     assert evidence.data.test_file == "test/test_ops.py"
