@@ -81,6 +81,22 @@ def test_tools_lists_the_servers_tools_with_their_descriptions(workspace, capsys
         assert tool["inputSchema"] == offered[tool["name"]].input_schema and "outputSchema" in tool
 
 
+def test_read_prints_a_resource_a_result_names(workspace, capsys):
+    """Seen by an agent: results name case://... resources, which a shell could not read."""
+    base = ["--state-dir", str(workspace / "state"), "--repo", str(workspace / "repo")]
+    assert main(["call", "check_env", json.dumps({"python": sys.executable}), *base]) == 0
+    case_id = json.loads(capsys.readouterr().out)["case_id"]
+    assert main(["read", f"case://{case_id}/status", *base]) == 0
+    assert json.loads(capsys.readouterr().out)["case_id"] == case_id
+    assert main(["read", "skill://pt2-bug-basher/SKILL.md", *base]) == 0
+    assert capsys.readouterr().out.startswith("---\nname: pt2-bug-basher")
+    assert main(["read", "case://case-nope/status", *base]) == 1
+    refused = capsys.readouterr()
+    assert refused.out == "" and "unknown case_id 'case-nope'" in refused.err and "Traceback" not in refused.err
+    assert main(["read", "status", *base]) == 2
+    assert "not a resource URI" in capsys.readouterr().err
+
+
 def test_call_through_a_subprocess(workspace):
     base = ["--state-dir", str(workspace / "state"), "--repo", str(workspace / "repo")]
     listed = cli("call", "get_workflow", *base)  # the arguments default to {}

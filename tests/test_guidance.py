@@ -158,7 +158,8 @@ async def test_register_test_names_the_upstream_file_as_absent_when_the_checkout
     put(mini.repo, "test/dynamo/test_misc.py")
     text = error_text(await call(mini, "register_test", case_id=case_id, test_file="test/dynamo/test_misc.py",
                                  test_name="TestSomething.test_it"))
-    assert "None of the topical test files" in text and "test/dynamo/test_repros.py (not present here)" in text
+    assert "None of the topical test files" in text and "looks partial" in text
+    assert "create test/dynamo/test_repros.py at that very path" in text
     assert "Better homes" not in text
 
 

@@ -77,6 +77,13 @@ async def test_graph_break_fails_in_eager_so_dynamo(module_config, tmp_path_fact
     # exact signatures hold for a Dynamo error whatever the backend
     assert data["comparison"] == "exact signature"
     assert len(result.content[0].text) < 8000
+    # The rungs that ran are children of the case's warm interpreter (a CPU-only torch), each its own run;
+    # for a bug in Dynamo nothing of the bisector is started: no table probe, no trial server.
+    store = Store(module_config.state_dir)
+    ran = [r for r in data["table"] if r["run_id"] != "-"]
+    assert all(store.get_run(r["run_id"], case_id).argv[0].startswith("<child forked from run-") for r in ran), ran
+    localize_runs = [r for r in store.runs(case_id) if r.tool == "localize" and r.status != "cancelled"]
+    assert len(localize_runs) == len(ran), [r.argv[:3] for r in localize_runs]
 
 
 @pytest.mark.slow
@@ -110,6 +117,9 @@ async def test_accuracy_failure_only_in_inductor(module_config):
         fixed_by = {t["subsystem"] for t in bisection["trials"] if t["max_enabled"] == -1 and t["outcome"] == "fixed"}
         assert fixed_by == {"lowerings"}, bisection["trials"]
         assert "cudagraphs" not in {t["subsystem"] for t in bisection["trials"]}  # a CPU-only torch
+        # no point is tried twice: the search probe that finds the culprit also counts its helpers' calls
+        points = [(t["subsystem"], t["max_enabled"]) for t in bisection["trials"] if t["max_enabled"] is not None]
+        assert len(points) == len(set(points)) and bisection["applications"] > 1, bisection["trials"]
         # the first suspect is the C++ code generator of relu, where the testing hook corrupts it
         top = data["suspects"][0]
         assert top["file"] == "torch/_inductor/codegen/cpp.py" and top["function"].endswith("Overrides.relu"), top
@@ -150,6 +160,8 @@ async def test_accuracy_failure_only_in_inductor(module_config):
     assert kernel["aten_ops"] == ["aten.relu.default", "aten.mul.Tensor"]
     assert "auto tmp1 = tmp0 + decltype(tmp0)(1);" in kernel["excerpt"]
     assert "localize found only backend='inductor' wrong" in artifacts["next_step"]
+    # ... and names localize's first suspect rather than sending the agent to every lowering
+    assert f"first suspect is {top['function']} at {top['file']}:{top['line']}" in artifacts["next_step"]
 
 
 RANDOM_MISMATCH = '''\

@@ -91,7 +91,7 @@ async def test_a_failing_test_that_matches_the_reproduction_is_registered(mini: 
     assert data["failure"]["exception_type"].endswith("ValueError")
     assert "double() cannot take 21" in data["failure"]["message"]
     assert "test_ops.py" in data["failure"]["frame"] or "ops.py" in data["failure"]["frame"]
-    assert "make_worktree" in data["next_step"]
+    assert "make_worktree" in data["next_step"] and "makes it stale" in data["next_step"]
     [evidence] = [e for e in mini.store.evidence(case, "test") if e.ok]
     assert evidence.tree_hash and evidence.run_id == data["run_id"]
     assert evidence.data.test_file == "test/test_ops.py"
@@ -106,6 +106,29 @@ async def test_a_failing_test_that_matches_the_reproduction_is_registered(mini: 
     # A bare method name works when it is unique in the file.
     again = await call(mini, "register_test", case_id=case, test_file="test/test_ops.py", test_name="test_double_large")
     assert again.structured_content["ok"] is True
+
+
+async def test_a_test_whose_subtests_fail_is_failed(mini: Mini, case: str):
+    """pytest reports a test's own call phase as passed when only its subtests failed: the subtests decide."""
+    add_test(mini.repo, "test/test_ops.py", """
+def test_double_each(self):
+    for n in (2, 21):
+        with self.subTest(n=n):
+            self.assertEqual(double(n), 2 * n)
+
+def test_halve_each(self):
+    for n in (2, 4):
+        with self.subTest(n=n):
+            self.assertEqual(n // 2 * 2, n)
+""")
+    data = (await call(mini, "register_test", case_id=case, test_file="test/test_ops.py",
+                       test_name="TestOps.test_double_each")).structured_content
+    assert data["ok"] is True and data["outcome"] == "failed", data
+    assert data["failure"]["exception_type"].endswith("ValueError")
+    assert "double() cannot take 21" in data["failure"]["message"]
+    passing = (await call(mini, "register_test", case_id=case, test_file="test/test_ops.py",
+                          test_name="TestOps.test_halve_each")).structured_content
+    assert passing["ok"] is False and passing["outcome"] == "passed", passing
 
 
 async def test_a_passing_test_is_refused_and_the_gate_stays_closed(mini: Mini, case: str):

@@ -24,19 +24,21 @@ RUFF_CONFIG = '[lint]\nselect = ["F"]\n'
 OPS_WITH_OLD_LINT = "import os\n\n\ndef double(x):\n"  # an unused import already on main: not the change's
 
 
-async def reviewed_with_lint(mini: Mini, python: str) -> dict:
+async def reviewed_with_lint(mini: Mini, python: str, config: str | None = RUFF_CONFIG, added: str = "",
+                             test_text: str = LARGE_TEST) -> dict:
     """A case whose change adds a lint error next to one main already had; review it with `python`."""
     ops = mini.repo / "pkg" / "ops.py"
     git(mini.repo, "checkout", "-q", "main")
-    (mini.repo / "ruff.toml").write_text(RUFF_CONFIG)
+    if config is not None:
+        (mini.repo / "ruff.toml").write_text(config)
     ops.write_text(ops.read_text().replace("def double(x):\n", OPS_WITH_OLD_LINT, 1))
     git(mini.repo, "add", "-A")
     git(mini.repo, "commit", "-q", "-m", "lint config")
     git(mini.repo, "checkout", "-q", "work")
     git(mini.repo, "merge", "-q", "--ff-only", "main")
-    add_test(mini.repo, "test/test_ops.py", LARGE_TEST)
+    add_test(mini.repo, "test/test_ops.py", test_text)
     fix_mini_bug(mini.repo)
-    ops.write_text(ops.read_text() + "\n\ndef triple(x):\n    unused = x\n    return x * 3\n")
+    ops.write_text(ops.read_text() + "\n\ndef triple(x):\n" + added + "    unused = x\n    return x * 3\n")
     case_id = mini.new_case(python=python)
     seed_test(mini.store, case_id)
     async with Client(mini.server) as client:
@@ -59,9 +61,32 @@ async def test_review_runs_ruff_on_the_changed_lines(mini: Mini):
     assert finding["severity"] == "warning" and (finding["file"], finding["line"]) == ("pkg/ops.py", unused_line)
     assert f"pkg/ops.py:{unused_line}" in finding["text"] and "F841" in finding["text"]
     assert data["ok"] is True and f"pkg/ops.py:{unused_line}" in data["next_step"]
+    assert "make_worktree" not in data["next_step"]  # the registered test is clean: the check on main stands
     run = mini.store.get_run(lint["run_id"])
     assert run.argv[:4] == [sys.executable, "-m", "ruff", "check"] and run.cwd == str(mini.repo)
     assert data["tests_added"] == ["test/test_ops.py::TestOps::test_double_large"]
+
+
+async def test_without_a_lint_config_the_defaults_are_named_and_import_order_left_out(mini: Mini):
+    data = await reviewed_with_lint(mini, sys.executable, config=None, added="    import sys\n    import os\n")
+    lint = data["lint"]
+    assert lint["status"] == "ran", lint
+    codes = {f["code"] for f in lint["on_changed_lines"]}
+    assert "F841" in codes and not any(code.startswith("I") for code in codes), lint
+    assert "no ruff configuration" in lint["note"] and "import-order findings were left out" in lint["note"], lint
+    # with a configuration that selects import order, those findings stand
+    configured = await reviewed_with_lint(mini, sys.executable, config='[lint]\nselect = ["F", "I"]\n',
+                                          added="    import sys\n    import os\n")
+    assert "I001" in {f["code"] for f in configured["lint"]["on_changed_lines"]}, configured["lint"]
+    assert "no ruff configuration" not in configured["lint"]["note"]
+
+
+async def test_lint_in_the_registered_test_says_the_check_on_main_is_redone(mini: Mini):
+    data = await reviewed_with_lint(mini, sys.executable, test_text=LARGE_TEST.replace(
+        "    self.assertEqual", "    unused = 1\n    self.assertEqual"))
+    assert any(f["file"] == "test/test_ops.py" for f in data["lint"]["on_changed_lines"]), data["lint"]
+    step = data["next_step"]
+    assert step.index("make_worktree(") < step.index("run_tests(") < step.index("review_changes("), step
 
 
 async def test_review_says_when_no_linter_is_installed(mini: Mini, venv_without_torch: Path):

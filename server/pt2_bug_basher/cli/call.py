@@ -1,5 +1,6 @@
 """`pt2-bug-basher call TOOL '<json arguments>'`: any tool through the real server, from a shell; and
-`pt2-bug-basher tools`: what the server lists (tools/list), one line a tool or the whole listing as JSON.
+`pt2-bug-basher tools`: what the server lists (tools/list), one line a tool or the whole listing as JSON;
+`pt2-bug-basher read URI`: a resource the tools name (case://..., skill://...), as resources/read gives it.
 
 The server runs in-process (the same factory `serve` uses) behind an in-memory MCP client, so
 the call takes the path an agent's does: argument validation, gates, evidence, lifespan.
@@ -131,3 +132,35 @@ def run_tools(config: ServerConfig, as_json: bool, stdout: TextIO | None = None)
     for tool in tools:
         print(f"{tool['name']:<{width}}  {summary_line(tool.get('description'))}", file=stdout)
     return 0
+
+
+async def read_resource(config: ServerConfig, uri: str) -> tuple[int, str]:
+    """(exit status, text) of resources/read through an in-process server: 0 with the text, 1 with why not."""
+    from mcp import Client
+    from mcp.shared.exceptions import MCPError
+
+    from pt2_bug_basher.mcp_server.server import create_server
+
+    async with Client(create_server(config)) as client:
+        try:
+            result = await client.read_resource(uri)
+        except MCPError as exc:
+            return 1, f"{uri} could not be read: {exc}"
+    texts = [getattr(part, "text", None) for part in result.contents]
+    if not any(text is not None for text in texts):
+        return 1, f"{uri} holds no text (binary content)"
+    return 0, "\n".join(text for text in texts if text is not None)
+
+
+def run_read(config: ServerConfig, uri: str, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
+    import anyio
+
+    stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
+    if "://" not in uri:
+        print(f"pt2-bug-basher read: {uri!r} is not a resource URI; tools name them as case://<case_id>/...",
+              file=stderr)
+        return 2
+    logging.getLogger("mcp").setLevel(logging.WARNING)
+    status, text = anyio.run(lambda: read_resource(config, uri))
+    print(text, file=stdout if status == 0 else stderr)
+    return status

@@ -63,6 +63,13 @@ def build_parser() -> argparse.ArgumentParser:
     tools.add_argument("--json", action="store_true", help="print the full tools/list result as JSON")
     _server_options(tools)
 
+    read = sub.add_parser("read", help="print a resource the tools name (case://..., skill://...)",
+                          description="Read one resource through the real server (resources/read), e.g. a run's "
+                                      "stderr or a debug artifact that a result names as case://<case_id>/..., "
+                                      "and print its text. Exit 1 when the server cannot read it.")
+    read.add_argument("uri", help="the resource's URI, e.g. case://<case_id>/runs/<run_id>/stderr")
+    _server_options(read)
+
     from pt2_bug_basher.cli.commands import add_parsers
 
     add_parsers(sub, _server_options)
@@ -99,6 +106,10 @@ def main(argv: list[str] | None = None) -> int:
         from pt2_bug_basher.cli.call import run_tools
 
         return run_tools(_config(args), args.json)
+    if args.command == "read":
+        from pt2_bug_basher.cli.call import run_read
+
+        return run_read(_config(args), args.uri)
     if args.command in ("localize", "minify", "artifacts", "classify"):
         from pt2_bug_basher.cli.commands import run as run_step
 

@@ -2,7 +2,8 @@
 
 The linter runs as `<case python> -m ruff check ...` (or `-m flake8`) from the repository root, so
 the checkout's own configuration applies; it is a recorded run of the case. Only findings on lines
-the change adds are kept.
+the change adds are kept. Without a configuration in the checkout the linter's defaults are not the
+project's style: the note says so, and import-order findings are left out.
 """
 
 from __future__ import annotations
@@ -62,6 +63,32 @@ async def available_linter(python: str, scratch: Path) -> str | None:
         return None
     found = captured.stdout.split()
     return next((name for name in LINTERS if name in found), None)
+
+
+_RUFF_FILES = ("ruff.toml", ".ruff.toml")
+_FLAKE8_FILES = (".flake8", "setup.cfg", "tox.ini")
+
+
+def configured(root: Path, files: list[str], linter: str) -> bool:
+    """Whether the checkout configures the linter for these files (a config file in the root or a folder
+    between it and a file; ruff also reads pyproject.toml's [tool.ruff])."""
+    folders = {root} | {folder for f in files for folder in (root / f).parents if folder.is_relative_to(root)}
+    for folder in folders:
+        if linter == "ruff":
+            if any((folder / name).is_file() for name in _RUFF_FILES):
+                return True
+            if _mentions(folder / "pyproject.toml", "[tool.ruff"):
+                return True
+        elif (folder / ".flake8").is_file() or any(_mentions(folder / n, "[flake8]") for n in _FLAKE8_FILES[1:]):
+            return True
+    return False
+
+
+def _mentions(path: Path, text: str) -> bool:
+    try:
+        return text in path.read_text(errors="replace")
+    except OSError:
+        return False
 
 
 def lint_argv(python: str, linter: str, files: list[str]) -> list[str]:
@@ -134,9 +161,19 @@ async def lint_changed_lines(store: Store, case: CaseRecord, root: Path, changed
         report.status = "failed"
         report.note = f"{linter} failed ({run.outcome.describe_exit()}): {tail[:500]}"
         return report
+    unconfigured = ""
+    if not configured(root, files, linter):
+        # The linter's own defaults are not the project's style: import order is where they disagree most.
+        dropped = sum(1 for f in found if f.code.startswith("I"))
+        found = [f for f in found if not f.code.startswith("I")]
+        unconfigured = (f" The checkout has no {linter} configuration for these files ("
+                        + ("ruff.toml, or [tool.ruff] in pyproject.toml" if linter == "ruff" else ".flake8 or a "
+                           "[flake8] section") + f"), so {linter} ran with its defaults, which may not be the "
+                        "project's style (a PyTorch checkout configures ruff in pyproject.toml and runs lintrunner)"
+                        + (f"; {dropped} import-order findings were left out" if dropped else "") + ".")
     kept = [f for f in found if f.line in changed.get(f.file, set())]
     report.findings_in_files = len(found)
     report.on_changed_lines = kept[:MAX_FINDINGS]
     report.note = (f"{len(kept)} of {len(found)} findings in the {len(files)} changed files are on changed lines"
-                   + (f" (first {MAX_FINDINGS} shown)" if len(kept) > MAX_FINDINGS else ""))
+                   + (f" (first {MAX_FINDINGS} shown)" if len(kept) > MAX_FINDINGS else "") + "." + unconfigured)
     return report

@@ -264,16 +264,28 @@ async def _first_fixer(trials: _Trials, subsystems: list[Subsystem]
     return subsystems[index], outcomes[index][1], differing
 
 
-async def _search(trials: _Trials, sub: Subsystem, count: int
+def _counting_env(application: Application | None) -> dict[str, str] | None:
+    """The variable that makes a trial count the calls of the helpers of an application's implementation."""
+    sites = application.sites if application is not None else []
+    site = sites[-1] if sites and "<locals>" not in sites[-1].function else None
+    names = helper_candidates(site) if site is not None else []
+    return {CALLS_ENV: f"{module_name(site)}:{','.join(names)}"} if site is not None and names else None
+
+
+async def _search(trials: _Trials, sub: Subsystem, count: int, known: list[Application] | None = None,
+                  calls: dict[int, dict[str, int] | None] | None = None,
                   ) -> tuple[int | None, dict[int, list[Application]], tuple[int, int]]:
     """Smallest m such that applications 0..m on (the rest off) fail the case's way.
 
     f(-1) is known false (all off fixes it) and f(count-1) is taken as true (all on is the reproduction)
     until a trial shows otherwise; each round probes as many points as there are cores, evenly spread
-    over the open range. The answer is always a point some trial saw fail.
+    over the open range. The answer is always a point some trial saw fail. `known`: the applications the
+    all-off trial saw; a probe at m counts the calls of application m's helpers (into `calls`), so the
+    answer's trial is also its confirming one.
     """
     lo, hi = -1, max(count - 1, 0)
     seen: dict[int, list[Application]] = {}
+    by_counter = {a.counter: a for a in known or []}
     width = max(1, int(trials.limiter.total_tokens))
     while True:
         if hi == lo + 1 and hi in seen:
@@ -286,7 +298,8 @@ async def _search(trials: _Trials, sub: Subsystem, count: int
         fails: dict[int, bool | None] = {}
         async with anyio.create_task_group() as group:
             for point in points:
-                group.start_soon(_probe, trials, sub, point, seen, fails)
+                group.start_soon(_probe, trials, sub, point, seen, fails, _counting_env(by_counter.get(point)),
+                                 calls if calls is not None else {})
         if any(value is None for value in fails.values()):
             return None, seen, (lo, hi)
         failing = [p for p in sorted(fails) if fails[p]]
@@ -302,9 +315,12 @@ async def _search(trials: _Trials, sub: Subsystem, count: int
 
 
 async def _probe(trials: _Trials, sub: Subsystem, point: int, seen: dict[int, list[Application]],
-                 fails: dict[int, bool | None]) -> None:
-    trial, apps = await trials.run(sub, point)
+                 fails: dict[int, bool | None], counting: dict[str, str] | None,
+                 calls: dict[int, dict[str, int] | None]) -> None:
+    trial, apps = await trials.run(sub, point, counting)
     seen[point] = apps
+    if counting is not None:
+        calls[point] = trials.last_calls  # set by this very run: no await in between
     fails[point] = None if trial.outcome == "skipped" else trial.outcome == "same failure"
 
 
@@ -367,10 +383,11 @@ async def _bisect(trials: _Trials, subsystems: list[Subsystem], backend: str, no
     await trials.progress(f"bisect: switching off {fixer.name} fixes it; {len(off_apps)} applications to search")
     single = await _single_application(trials, fixer, off_apps[0]) if len(off_apps) == 1 else None
     found: int | None
+    calls: dict[int, dict[str, int] | None] = {}
     if single is not None:
         found, seen, (lo, hi) = 0, single, (-1, 0)
     else:
-        found, seen, (lo, hi) = await _search(trials, fixer, len(off_apps))
+        found, seen, (lo, hi) = await _search(trials, fixer, len(off_apps), off_apps, calls)
     if found is None:
         left = [a for a in (seen.get(hi) or off_apps) if lo < a.counter <= hi][:20]
         return report(subsystem=fixer.name, kind="bisect", applications=len(off_apps), candidates=left,
@@ -378,7 +395,11 @@ async def _bisect(trials: _Trials, subsystems: list[Subsystem], backend: str, no
                       meaning=f"switching off {fixer.name} fixes it; the budget ran out with applications "
                               f"{lo + 1}..{hi} left (listed in candidates).")
     culprit = next((a for a in seen.get(found, []) if a.counter == found), None)
-    if single is None and culprit is not None and culprit.sites and "<locals>" not in culprit.sites[-1].function:
+    counted_here = _counting_env(culprit) is not None and _counting_env(culprit) == _counting_env(
+        next((a for a in off_apps if a.counter == found), None))
+    if single is None and culprit is not None and found in calls and counted_here:
+        culprit.helpers_called = calls[found]  # the probe that found it counted them
+    elif single is None and culprit is not None and culprit.sites and "<locals>" not in culprit.sites[-1].function:
         await _count_helper_calls(trials, fixer, found, culprit, notes)
     subject = (culprit.subject or culprit.debug) if culprit else None
     return report(subsystem=fixer.name, kind="bisect", bisect_number=found, applications=len(off_apps),
@@ -393,9 +414,7 @@ async def _single_application(trials: _Trials, sub: Subsystem, only: Application
     """A subsystem applied once: the trial that sees application #0 fail (the rest are none) also counts its
     helpers' calls, instead of a search probe and a confirming trial at the same point. None when it does
     not fail the case's way (the search then decides)."""
-    site = only.sites[-1] if only.sites and "<locals>" not in only.sites[-1].function else None
-    names = helper_candidates(site) if site is not None else []
-    extra = {CALLS_ENV: f"{module_name(site)}:{','.join(names)}"} if site is not None and names else None
+    extra = _counting_env(only)
     trial, apps = await trials.run(sub, 0, extra)
     if trial.outcome != "same failure":
         return None

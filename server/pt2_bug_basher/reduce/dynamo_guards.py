@@ -17,6 +17,7 @@ from pt2_bug_basher.case.store import CaseRecord, Store
 from pt2_bug_basher.domain.evidence import Suspect
 from pt2_bug_basher.execution.runner import run_captured
 from pt2_bug_basher.execution.runs import BASE_ENV, ProgressFn, execute
+from pt2_bug_basher.execution.warm import WarmRequest
 
 BUILDER = "torch/_dynamo/variables/builder.py"
 GUARDS = "torch/_dynamo/guards.py"
@@ -42,7 +43,7 @@ async def dynamo_decisions(
 ) -> tuple[DynamoDecisions, list[Suspect]]:
     """Run `argv` (the eager rung's command) with the guard logs; the summary, and the suspects its flags name."""
     result = await execute(store, case, argv, tool="localize", cwd=cwd, env_add={**env, "TORCH_LOGS": GUARD_LOGS},
-                           timeout_s=timeout_s, progress=progress,
+                           timeout_s=timeout_s, progress=progress, warm=WarmRequest(),
                            label=f"localize backend=eager TORCH_LOGS={GUARD_LOGS}")
     decisions = summarise_guards(result.stderr_text(), recompiles_logged=True, run_id=result.run_id)
     suspects: list[Suspect] = []

@@ -27,6 +27,7 @@ from pt2_bug_basher.domain.names import Step
 from pt2_bug_basher.execution.cpus import usable_cpus
 from pt2_bug_basher.execution.runner import ProcessOutcome
 from pt2_bug_basher.execution.runs import BASE_ENV, RunResult, execute, private_cache_env
+from pt2_bug_basher.execution.warm import WarmRequest
 from pt2_bug_basher.reduce import minimal
 from pt2_bug_basher.reduce.dynamo_guards import dynamo_decisions, wants_guard_run
 
@@ -164,8 +165,11 @@ def _outcome(verdict: Failure, match: str | None, compiled: bool) -> str:
 async def localize(
     store: Store, case: CaseRecord, ref: Reference, script: Path, *, progress, cwd: Path | None = None,
     limiter: anyio.CapacityLimiter | None = None, below: Callable[[str], Coroutine[Any, Any, None]] | None = None,
+    on_row: Callable[[LadderRow], None] | None = None,
 ) -> LocalizeResult:
-    """The ladder; `below(first_failing)` runs beside the dynamic=False/True rungs, within the same limiter."""
+    """The ladder; `below(first_failing)` runs beside the dynamic=False/True rungs, within the same limiter;
+    `on_row` sees each row as it is decided. Rungs are children of the case's warm interpreter where one can
+    serve them (execution/warm.py), else fresh processes."""
     timeout = run_timeout(ref)
     limiter = limiter or anyio.CapacityLimiter(usable_cpus())
 
@@ -180,7 +184,7 @@ async def localize(
         async with limiter:
             started = time.monotonic()
             result = await execute(store, case, argv, tool="localize", cwd=cwd or script.parent, env_add=ref.env,
-                                   timeout_s=timeout, progress=progress,
+                                   timeout_s=timeout, progress=progress, warm=WarmRequest(),
                                    label=f"localize backend={backend} dynamic={dynamic}")
         verdict = run_failure(result)
         compiled = LAUNCHER_MARK in result.stderr_text(4 * 1024 * 1024)
@@ -189,6 +193,8 @@ async def localize(
                         failure=None if not verdict.failed else describe(verdict)[:300], run_id=result.run_id,
                         seconds=round(time.monotonic() - started, 1))
         await progress(f"localize: backend={backend} dynamic={dynamic}: {row.outcome}")
+        if on_row is not None:
+            on_row(row)
         return row
 
     rows: dict[tuple[str, str], LadderRow] = {}

@@ -127,8 +127,9 @@ async def next_step(state: AppState, result: CollectArtifactsResult, ok: bool, *
                 f"({result.stderr}); for Dynamo/AOT failures use run_with_logs with a logs preset or {call}, "
                 "trace=True).")
     failure = result.failure
+    suspect = _first_suspect(state, result.case_id)
     if failure is not None and failure.accuracy and failure.output_kernels:
-        return _accuracy_next_step(result, failure, after, reproduced)
+        return _accuracy_next_step(result, failure, after, reproduced, suspect)
     if failure is not None and (failure.kernel or failure.graph):
         where = f"kernel {failure.kernel} of graph {failure.graph}" if failure.kernel else f"graph {failure.graph}"
         graph_dir = next((g.dir_uri for g in result.graphs if g.name == failure.graph), None)
@@ -136,8 +137,10 @@ async def next_step(state: AppState, result: CollectArtifactsResult, ok: bool, *
         line = f" (line {failure.output_code_line})" if failure.output_code_line else ""
         nodes = f"; it computes the FX nodes {', '.join(failure.fx_nodes[:8])}" if failure.fx_nodes else ""
         fx = f", compared with {graph_dir}fx_graph_transformed.py and ir_post_fusion.txt" if graph_dir else ""
+        find = (f"{suspect}: start there, it is what produced this code." if suspect else
+                "Find which lowering or codegen produced the wrong code.")
         return (f"The failure ({failure.phase or 'unknown phase'}) is in {where}: read {read}{line}{nodes}{fx}. "
-                f"Find which lowering or codegen produced the wrong code. Then: {after}")
+                f"{find} Then: {after}")
     if failure is not None and result.graph_count == 0:
         return _nothing_reached_inductor(state, result, failure, after)
     if failure is not None and failure.localized == "Inductor":
@@ -150,6 +153,17 @@ async def next_step(state: AppState, result: CollectArtifactsResult, ok: bool, *
                 f"what reached Inductor, and the stderr ({result.stderr}). Then: {after}")
     return (f"The run passed with TORCH_COMPILE_DEBUG ({result.exit}); the artifacts show the compiled code, but "
             "not the failure: check the script runs the failing configuration. Then: " + after)
+
+
+def _first_suspect(state: AppState, case_id: str) -> str | None:
+    """localize's first suspect, in words (None: localize has not named one)."""
+    record = state.store.localization(case_id)
+    if record is None or not record.suspects:
+        return None
+    top = record.suspects[0]
+    where = f"{top.file}:{top.line}" if top.line else top.file
+    why = top.why if len(top.why) <= 200 else top.why[:199] + "\u2026"
+    return f"localize's first suspect is {top.function} at {where} ({why})"
 
 
 # What to read, in order, when no graph reached Inductor: what Dynamo wrote, then the rest.
@@ -175,7 +189,8 @@ def _nothing_reached_inductor(state: AppState, result: CollectArtifactsResult, f
     return f"{text} Then: {after}"
 
 
-def _accuracy_next_step(result: CollectArtifactsResult, failure: FailureLocation, after: str, reproduced: bool) -> str:
+def _accuracy_next_step(result: CollectArtifactsResult, failure: FailureLocation, after: str, reproduced: bool,
+                        suspect: str | None) -> str:
     """A wrong result: read the code of the kernels that write the output, against the ops they fuse."""
     writers = [k for k in failure.output_kernels if k.role.startswith("writes")] or failure.output_kernels
     first = writers[0]
@@ -190,7 +205,10 @@ def _accuracy_next_step(result: CollectArtifactsResult, failure: FailureLocation
     text = (f"A wrong result: {which} of graph {first.graph} is written by {named}{feeders}. Read {first.output_code} "
             f"line {first.line or first.call_line} (excerpts in failure.output_kernels){beside}, and check each "
             "line of the kernel against what its ops compute in eager. ")
-    if failure.localized == "Inductor":
+    if failure.localized == "Inductor" and suspect:
+        text += (f"localize found only backend='inductor' wrong, and {suspect}: check how it makes the bad line "
+                 "before looking at lowerings or codegen. ")
+    elif failure.localized == "Inductor":
         text += "localize found only backend='inductor' wrong: find the lowering or codegen that emits the bad line. "
     elif failure.localized:
         text += (f"localize put the failure in {failure.localized}, before Inductor: the kernels only carry the wrong "

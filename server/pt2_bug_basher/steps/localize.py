@@ -25,7 +25,7 @@ from pt2_bug_basher.reduce.bisect import (
     start_trial_server,
 )
 from pt2_bug_basher.reduce.evaluate import ForkServerEvaluator
-from pt2_bug_basher.reduce.ladder import LocalizeResult, Reference, load_reference
+from pt2_bug_basher.reduce.ladder import LadderRow, LocalizeResult, Reference, load_reference
 from pt2_bug_basher.reduce.ladder import localize as run_ladder
 
 
@@ -49,9 +49,21 @@ async def localize(
 
     servers: dict[str, ForkServerEvaluator] = {}
     server_ready = anyio.Event()
+    # The bisector's table and trial server are only wanted when the bug may be below Dynamo: they wait for
+    # the eager rung not to fail the case's way, so a Dynamo bug's ladder has the cores to itself.
+    below_dynamo = anyio.Event()
+    read_scope = anyio.CancelScope()
+
+    def on_row(row: LadderRow) -> None:
+        if row.backend == "eager" and row.dynamic == "script" and row.outcome != "same failure":
+            below_dynamo.set()
 
     async def read(group: TaskGroup) -> None:
         """The bisector's table, then (a CPU-only torch) a warm trial server, both while the ladder runs."""
+        with read_scope:
+            await below_dynamo.wait()
+        if read_scope.cancel_called:
+            return
         try:
             tables["table"] = await read_table(state.store, case, path.parent)
         except Exception as exc:  # noqa: BLE001 - an older torch without the bisector: the ladder still stands
@@ -81,9 +93,13 @@ async def localize(
     async with anyio.create_task_group() as group:
         group.start_soon(read, group)
         try:
-            result = await run_ladder(state.store, case, ref, path, progress=progress, limiter=limiter, below=below)
+            result = await run_ladder(state.store, case, ref, path, progress=progress, limiter=limiter, below=below,
+                                      on_row=on_row)
         finally:
-            await server_ready.wait()
+            if below_dynamo.is_set():
+                await server_ready.wait()
+            else:
+                read_scope.cancel()
             if "trials" in servers:
                 await servers["trials"].aclose()
     result.notes += problems

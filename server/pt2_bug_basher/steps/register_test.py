@@ -134,7 +134,8 @@ async def register_test(state: AppState, case_id: str, test_file: str, test_name
     )
     result.recorded = True
     result.next_step = (f'Confirm it fails on main too, in a worktree: make_worktree(case_id="{case_id}", '
-                        'action="create", ref="main")')
+                        'action="create", ref="main"). Settle the test\'s code first: an edit after that check '
+                        "(anything beyond comments, layout or import order) makes it stale and the check is redone.")
     return result
 
 

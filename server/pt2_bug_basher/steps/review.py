@@ -80,11 +80,14 @@ async def review_changes(state: AppState, case_id: str) -> ReviewResult:
         checklist = checklist_for_checkout(prompt_file("review_checklist.md"), repo, [test.test_file])
     except Exception:  # an installation without the prompt texts still reviews
         checklist = FALLBACK_CHECKLIST
+    in_test = [f for f in lint.on_changed_lines if f.file == test.test_file]
+    redo = (f'make_worktree(case_id="{case_id}", action="create") (an edit to the registered test\'s code, '
+            "not only its comments, layout or import order, makes the check on main stale), then ") if in_test else ""
     if ok:
         lint_first = (f"Fix the {len(lint.on_changed_lines)} lint findings on changed lines (first at "
                       f"{lint.on_changed_lines[0].where}). " if lint.on_changed_lines else "")
-        next_step = (f"{lint_first}Apply the checklist to the diff; fix anything it turns up (then run_tests and "
-                     "review again). "
+        next_step = (f"{lint_first}Apply the checklist to the diff; fix anything it turns up (then {redo}"
+                     f'run_tests(case_id="{case_id}") and review_changes(case_id="{case_id}") again). '
                      f'When all holds: celebrate(case_id="{case_id}", root_cause="...", fix_summary="...")')
     else:
         first = blocking[0]

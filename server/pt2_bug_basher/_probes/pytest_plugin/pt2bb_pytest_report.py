@@ -5,8 +5,9 @@ interpreter under investigation: it imports nothing from pt2_bug_basher.
 
 --pt2bb-report=PATH  appends one JSON object per line to PATH: each test report (setup, call and
     teardown) and each collection report, as pytest's own `pytest_report_to_serializable` writes
-    them (bulky fields left out, `longreprtext` added), then one "CollectedItem" line per test once
-    collection is done. Under pytest-xdist only the controller writes.
+    them (bulky fields left out, `longreprtext` added; a subtest's report as "SubTestReport" with its
+    `subtest` description), then one "CollectedItem" line per test once collection is done. Under
+    pytest-xdist only the controller writes.
 --pt2bb-only=Class.test  keeps only that test and the tests generated from it (parametrized or
     instantiated device-type variants): the items whose function is that test, by the function's
     qualified name (functools.wraps keeps it on generated tests) or by class and function name
@@ -49,6 +50,17 @@ def is_variant(item, wanted: str) -> bool:
     return wanted in (found["qualname"], f"{found['class']}.{found['function']}")
 
 
+def describe_subtest(context) -> str:
+    """`[msg] (k=v, ...)` of a subtest, as pytest's summary names it."""
+    if not isinstance(context, dict):
+        return "(<subtest>)"
+    parts = [f"[{context['msg']}]"] if context.get("msg") is not None else []
+    kwargs = context.get("kwargs") or {}
+    if isinstance(kwargs, dict) and kwargs:
+        parts.append("(" + ", ".join(f"{k}={v}" for k, v in kwargs.items()) + ")")
+    return " ".join(parts) or "(<subtest>)"
+
+
 class Writer:
     def __init__(self, config, path: str) -> None:
         self.config = config
@@ -61,6 +73,9 @@ class Writer:
     def report(self, report) -> None:
         full = self.config.hook.pytest_report_to_serializable(config=self.config, report=report) or {}
         data = {key: full[key] for key in KEPT if key in full}
+        if full.get("_report_type") == "SubTestReport":  # one `subTest`/`subtests.test` block of a test
+            data["$report_type"] = "SubTestReport"
+            data["subtest"] = describe_subtest(full.get("_subtest.context"))
         longrepr = full.get("longrepr")
         # Of an exception's serialised form keep the crash line; the text comes whole below.
         data["longrepr"] = {"reprcrash": longrepr.get("reprcrash")} if isinstance(longrepr, dict) else longrepr

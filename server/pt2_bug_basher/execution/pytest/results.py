@@ -2,7 +2,8 @@
 
 The plugin (`_probes/pytest_plugin/pt2bb_pytest_report.py`) writes pytest's own serialised reports:
 each phase (setup, call, teardown) of each test, each failed or skipped collection, and the items
-collected. Node ids are pytest's, exactly (parametrized and generated names included). Tracebacks
+collected. Node ids are pytest's, exactly (parametrized and generated names included). A failed subtest
+(`self.subTest`, the `subtests` fixture) fails its test, whose own call phase pytest reports as passed. Tracebacks
 are Python's native format (`--tb=native`), so the failure parser reads them like any other.
 """
 
@@ -34,6 +35,7 @@ class TestOutcome:
     text: str = ""
     time_s: float = 0.0
     line: int | None = None
+    subtests_failed: int = 0
 
     @property
     def file(self) -> str:
@@ -112,6 +114,8 @@ def parse_report(source: Path | str) -> PytestReport:
         kind = data.get("$report_type")
         if kind == "TestReport":
             _add_phase(tests, data)
+        elif kind == "SubTestReport":
+            _add_subtest(tests, data)
         elif kind == "CollectReport":
             _add_collection(report, tests, data)
         elif kind == "CollectedItem":
@@ -171,6 +175,21 @@ def _add_phase(tests: dict[str, TestOutcome], data: dict) -> None:
         elif test.outcome not in ("failed", "error"):
             test.outcome, test.text = "error", text
             test.message = f'failed on {when} with "{_crash(data)}"'
+
+
+def _add_subtest(tests: dict[str, TestOutcome], data: dict) -> None:
+    """A failed subtest fails its test (pytest counts it failed, while the test's own call phase passes)."""
+    if data.get("outcome") != "failed":
+        return
+    node_id = str(data.get("nodeid", ""))
+    test = tests.get(node_id)
+    if test is None:
+        test = tests[node_id] = TestOutcome(node_id=node_id, outcome="passed", line=_line(data.get("location")))
+    test.subtests_failed += 1
+    if test.outcome != "failed":
+        subtest = str(data.get("subtest") or "(<subtest>)")
+        test.outcome, test.text = "failed", str(data.get("longreprtext") or "")
+        test.message = f"subtest {subtest} failed: {_crash(data)}"
 
 
 def _add_collection(report: PytestReport, tests: dict[str, TestOutcome], data: dict) -> None:

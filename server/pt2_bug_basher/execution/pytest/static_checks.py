@@ -234,9 +234,10 @@ def test_file_hint(repo: Path, category: str | None, layer: str | None, limit: i
     choice = suggest_test_files(repo, category, layer)
     if choice.present:
         return f"Better homes for {subject}: " + ", ".join(choice.present[:limit]) + "."
-    return (f"None of the topical test files for {subject} exists in this checkout; upstream PyTorch keeps such "
-            f"tests in {choice.upstream} (not present here): create {choice.upstream} with the test (a "
-            "TestCase class and the usual main guard that runs the file's tests), as upstream has it.")
+    return (f"None of the topical test files for {subject} exists in this checkout, so it looks partial: upstream "
+            f"PyTorch keeps such tests in {choice.upstream}. In a full checkout add the test to that file; here, "
+            f"create {choice.upstream} at that very path with the test (a TestCase class and the usual main "
+            "guard that runs the file's tests), so the test lands in upstream's file when the change is ported.")
 
 
 def new_test_file_note(repo: Path, test_file: str, category: str | None, layer: str | None) -> str:
