@@ -11,7 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest_checkout import LARGE_TEST, Mini
+from conftest_checkout import LARGE_TEST, VALID_TEST_FILE, Mini, seed_test
 from mcp import Client
 from torch_checkout import add_test, fix_mini_bug, git
 
@@ -46,6 +46,20 @@ async def prepared(mini: Mini, client: Client) -> str:
     checked = await call(client, "make_worktree", case_id=case_id, action="create", ref="main")
     assert checked.structured_content["ok"], checked.structured_content
     return case_id
+
+
+async def test_run_tests_says_when_it_found_no_nearby_test(mini: Mini):
+    """Seen by an agent: an empty list of nearby tests, with nothing said about what was searched."""
+    (mini.repo / "test" / "test_lonely.py").write_text(VALID_TEST_FILE)
+    case_id = mini.new_case()
+    mini.reproduce(case_id)
+    seed_test(mini.store, case_id, test_file="test/test_lonely.py", class_name="TestSomething", method="test_it")
+    async with Client(mini.server) as client:
+        await call(client, "waive_step", case_id=case_id, step="main_check", reason="nearby tests are what this checks")
+        data = (await call(client, "run_tests", case_id=case_id)).structured_content
+    assert data["nearby"] == [], data["nearby"]
+    [note] = [n for n in data["notes"] if n.startswith("no nearby test")]
+    assert "test/test_lonely.py" in note and "tests=[...]" in note, note
 
 
 async def test_verify_review_celebrate(mini: Mini):

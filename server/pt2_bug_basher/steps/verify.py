@@ -233,6 +233,11 @@ async def _nearby(state: AppState, flow: Workflow, repo: Path, registered: TestE
         notes.append(f"nearby tests: pytest could not collect {error.node_id}: {error.message[:200]}")
     nearby = near.nearby_tests(collected.collected, registered.test_file, registered.class_name, method,
                                keywords, extra)
+    if not nearby:
+        searched = f"keywords {', '.join(keywords[:8])}" if keywords else "no keywords (the diff changes no function)"
+        notes.append(f"no nearby test: {len(collected.collected)} tests collected in {', '.join(files)} share "
+                     f"none of {searched} and none sits beside the registered test; name related tests in tests=[...] "
+                     "if you know some")
     return nearby, keywords[:8]
 
 
