@@ -848,3 +848,19 @@ def test_fallback_answers_only_when_the_best_category_clearly_wins():
     g = fallback.guess(tracer_cut, _fallback_frame_kind)
     assert g is None
     assert classify(tracer_cut).category == "unknown"
+
+
+def test_fallback_reads_the_subsystem_that_logged_a_line():
+    # pytorch/pytorch (tu4-ds-02): its first line alone, `[...] torch.fx.experimental.symbolic_shapes: [INFO]
+    # 0.0: create_env`, names no failure; the logger (the symbolic-shapes engine) is weak dynamic-shapes evidence
+    d = TUNING_BY_ID["tu4-ds-02"]
+    first = d["text"].split("\n")[0]
+    c = classify(first)
+    _assert_fallback(c, "dynamic_shapes", first, "create_env", "fallback:log_source")
+    # the same line from glog (TORCH_LOGS), pytorch/pytorch (tu5-ds-04)
+    glog = TUNING_BY_ID["tu5-ds-04"]["text"].split("\n")[0]
+    assert "symbolic_shapes.py:" in glog
+    _assert_fallback(classify(glog), "dynamic_shapes", glog, "create_env", "fallback:log_source")
+    # Dynamo's tracing log is printed by every compile: no evidence of any failure
+    assert classify("[2023-12-18 18:21:07,432] torch._dynamo.symbolic_convert: [INFO] Step 1: torchdynamo start "
+                    "tracing __getitem__").category == "unknown"

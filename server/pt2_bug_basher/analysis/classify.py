@@ -17,6 +17,9 @@ How it decides
    wrapped in BackendCompilerFailed / InductorError is ``triton`` (``backend_compiler_failed``
    secondary); any error raised inside ``torch.export`` is ``export`` (the underlying category
    secondary); a recompile-limit ``Unsupported`` is ``recompile``.
+4. When no rule finds anything, ``fallback.guess`` may name a category from where the frames are,
+   which subsystem logged, the words of the text and printed results, with a low confidence; else
+   the text stays ``unknown``.
 """
 
 from __future__ import annotations

@@ -3,20 +3,24 @@
 Pasted excerpts are often a traceback cut before its exception line, a log without an error, or
 printed values. What such text still shows is *where* the program was (which part of torch the
 frames and the log lines come from) and *what it talks about* (the words of one failure kind).
-This module scores those two kinds of weak evidence per category:
+This module scores that weak evidence per category:
 
 - frames: every traceback frame (plain, IPython or log-prefixed) is sorted into a part of the
   stack by the caller's ``frame_kind`` (Dynamo's tracer, Inductor's compiler, the compiled code,
-  Triton, torch.export, the symbolic-shapes engine...); the innermost informative frame of the
-  text counts most, every other part seen counts a little;
-- log lines: the file that emitted a glog / TORCH_LOGS line (``symbolic_shapes.py:3787]``,
-  ``_inductor/select_algorithm.py:1517]``) says which subsystem was talking;
+  Triton, torch.export, the symbolic-shapes engine, the comparison of results, Dynamo's recompile
+  bookkeeping); the innermost informative frame counts most, every other part seen a little;
+- log sources: the file (glog, TORCH_LOGS) or logger (Python logging) that emitted a line says
+  which subsystem was talking (``symbolic_shapes.py:3787]``, ``torch._inductor.select_algorithm``);
 - words: a small vocabulary per category (``core dumped``, ``last reason``, ``XBLOCK``,
-  ``unbacked``, ``ExportedProgram``...), each word counted once.
+  ``unbacked``, ``ExportedProgram``...), each pattern counted once, read only in messages and log
+  text: not in file paths, frame lines or the source lines a traceback shows;
+- printed results: an eager and a compiled result printed under their names that differ (the same
+  print on both sides, as with compilation off, is no evidence).
 
-It answers only when the best category clearly wins (``MIN_SCORE`` and ``MIN_RATIO`` below, chosen
-on cut excerpts of the development and tuning corpora), and its confidence stays under
-``MAX_CONFIDENCE``: a guess, never as sure as a rule.
+It answers only when the best category clearly wins (``MIN_SCORE``, ``MIN_RATIO``: chosen on cuts
+of the development and tuning corpora that the rules call unknown, for no wrong answer there), and
+its confidence stays under ``MAX_CONFIDENCE``, below what any rule gives: a guess, and the evidence
+lines' rule names (``fallback:...``) say what decided.
 """
 
 from __future__ import annotations
@@ -57,14 +61,14 @@ _LOG_SOURCES: tuple[tuple[re.Pattern[str], str, float], ...] = (
     (re.compile(r"_inductor/.+\.py$"), "backend_compiler_failed", 1.0),
     (re.compile(r"_functorch/_aot_autograd/.+\.py$"), "backend_compiler_failed", 1.0),
     (re.compile(r"(?:^|/)export/.+\.py$|_export/.+\.py$"), "export", 1.5),
-    (re.compile(r"_dynamo/symbolic_convert\.py$"), "graph_break", 1.0),
 )
 # a line of source code shown by a traceback (under a frame, or IPython's / rich's numbered context
 # lines): it tells where the program was, not what went wrong, so its words do not count
 _SOURCE_CONTEXT = re.compile(r"^\s*(?:│\s*)?(?:❱|-+>)?\s*\d+\s(?:\s|│)")
 # file paths and quoted file names: the frames and log sources speak for them, their words must not
 _PATHS = re.compile(r'"[^"]*"|(?:~|\.{0,2})/\S*|[A-Za-z]:\\\S*|\S+\.py\b\S*|\S+/\S+\.\w+\S*')
-_LOG_SOURCE = re.compile(r"^(?:\[rank\d+\]:\s?)?[VIWEDF]\d{4} [\d:.]+ +\d+ (?P<file>[^\s\]]+\.py):\d+\]")
+_LOG_SOURCE = re.compile(r"^(?:\[rank\d+\]:\s?)?[VIWEDF]\d{4} [\d:.]+ +\d+ (?P<file>[^\s\]]+\.py):\d+\]"
+                         r"|^\[[\d-]+ [\d:,.]+\] (?:\[[\d/_]+\] )?(?P<logger>torch\.[\w.]+): \[\w+\]")
 
 # words of one failure kind: (category, weight, pattern); each pattern counts once per text
 _WORDS: tuple[tuple[str, float, re.Pattern[str]], ...] = tuple((c, w, re.compile(p)) for c, w, p in (
@@ -132,15 +136,16 @@ def guess(text: str, frame_kind: Callable[[Frame], str]) -> Guess | None:
         if m is not None:
             code_line = offset + 1
             frame = _frame_from_match(m)
-            if offset + 1 < len(lines) and _match_frame(strip_prefix(lines[offset + 1])) is None:
-                frame.code = strip_prefix(lines[offset + 1]).strip()  # the frame's source line
+            below = strip_prefix(lines[offset + 1]) if offset + 1 < len(lines) else ""
+            if below and _match_frame(below) is None:
+                frame.code = below.strip()  # the frame's source line
             kind = frame_kind(frame)
             if kind in _KIND_CATEGORY:
                 innermost = (line_no, line, kind)
                 parts_seen.setdefault(kind, (line_no, line))
         src = _LOG_SOURCE.match(line)
-        if src is not None:
-            path = src.group("file").replace("\\", "/")
+        if src is not None:  # a glog path, or a logger name read as one (torch._inductor.graph)
+            path = (src.group("file") or src.group("logger").replace(".", "/") + ".py").replace("\\", "/")
             for pattern, category, weight in _LOG_SOURCES:
                 if path not in sources_seen and pattern.search(path):
                     sources_seen.add(path)
