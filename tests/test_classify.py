@@ -12,7 +12,8 @@ from corpus_samples import BY_ID, HELDOUT, LOCAL, LOCAL_GPU, PUBLIC, TUNING
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pt2_bug_basher.analysis.classify import CATEGORIES, Classification, classify
+from pt2_bug_basher.analysis import fallback
+from pt2_bug_basher.analysis.classify import CATEGORIES, Classification, _fallback_frame_kind, classify
 
 SEVEN = {"graph_break", "backend_compiler_failed", "recompile", "accuracy", "dynamo_internal",
          "runtime_crash", "triton"}
@@ -732,3 +733,134 @@ def test_inductors_bounds_assert_failing_on_the_device_is_triton():
     eager = ('/pytorch/aten/src/ATen/native/cuda/IndexKernel.cu:142: operator(): block: [0,0,0], thread: [90,0,0] '
              'Assertion `index >= -sizes[i] && index < sizes[i] && "index out of bounds"` failed.\n')
     assert classify(eager).category == "runtime_crash"
+
+
+# --------------------------------------------------------------------------------------------
+# The fallback (analysis/fallback.py): a best guess for text no rule places, built on the sixth
+# round's tuning samples and on cuts of earlier ones. It answers with a confidence under any rule's
+# and evidence lines whose rule names say what decided.
+
+def _cut_before(text: str, needle: str) -> str:
+    """`text` cut at the line boundary before the last line that contains `needle`."""
+    at = text.rfind(needle)
+    assert at >= 0, needle
+    return text[:text.rfind("\n", 0, at)]
+
+
+def _assert_fallback(c: Classification, category: str, text: str, needle: str, rule: str) -> None:
+    assert c.category == category, (c.category, [e.rule for e in c.evidence])
+    assert 0.05 <= c.confidence <= fallback.MAX_CONFIDENCE
+    assert all(e.rule.startswith("fallback:") for e in c.evidence)
+    assert any(e.rule == rule for e in c.evidence), [e.rule for e in c.evidence]
+    evidence_has(c, text, needle)
+
+
+def test_fallback_is_never_as_sure_as_a_lone_weak_rule():
+    # pytorch/pytorch#150980: an autotuning log, no exception: Inductor's select_algorithm logged it and
+    # the lines talk about Triton configs
+    d = TUNING_BY_ID["tu6-tr-02"]
+    c = classify(d["text"])
+    _assert_fallback(c, "triton", d["text"], "select_algorithm.py:1905]", "fallback:log_source")
+    # the weakest rule alone (a graph-break mention, weight 1.0) still reads surer than any fallback guess
+    assert classify("some output\ngraph breaks happened\n").confidence > fallback.MAX_CONFIDENCE
+
+
+def test_fallback_reads_words_of_a_prefixed_log_the_parser_does_not_know():
+    # pytorch/pytorch#111636: `[default0]:RuntimeError: Cannot call sizes() on tensor with symbolic
+    # sizes/strides` (an elastic-launch prefix no parser strips): the words say dynamic shapes, and
+    # `sizes/strides` is a phrase, not a file path
+    d = TUNING_BY_ID["tu6-ds-03"]
+    c = classify(d["text"])
+    _assert_fallback(c, "dynamic_shapes", d["text"], "symbolic sizes/strides", "fallback:words")
+
+
+def test_fallback_reads_printed_eager_and_compiled_results_as_accuracy():
+    # pytorch/pytorch#182012: `=== eager x.grad ===` and `=== compiled x.grad ===` above printed tensors
+    d = TUNING_BY_ID["tu6-acc-02"]
+    c = classify(d["text"])
+    _assert_fallback(c, "accuracy", d["text"], "=== compiled x.grad ===", "fallback:printed_sides_differ")
+    # one side alone is not enough, and both sides printing the same (compilation off) is no evidence
+    assert classify(_cut_before(d["text"], "=== compiled x.grad ===")).category == "unknown"
+    eager = d["text"][:d["text"].index("=== compiled x.grad ===")]
+    same = eager + eager.replace("eager", "compiled")
+    assert classify(same, exit_code=0).category == "unknown"
+
+
+def test_fallback_traceback_cut_in_the_comparison_of_results_is_accuracy():
+    # pytorch/pytorch (tu4-acc-03): assert_close's frames without the AssertionError below them
+    d = TUNING_BY_ID["tu4-acc-03"]
+    cut = _cut_before(d["text"], "AssertionError")
+    c = classify(cut)
+    _assert_fallback(c, "accuracy", cut, "testing/_comparison.py", "fallback:innermost_frame:compare")
+
+
+def test_fallback_traceback_cut_where_dynamo_hands_the_graph_to_the_backend_is_backend():
+    # pytorch/pytorch (tu3-bcf-03): rank-prefixed frames that end in compile_and_call_fx_graph
+    d = TUNING_BY_ID["tu3-bcf-03"]
+    lines = d["text"].split("\n")
+    end = next(i for i, ln in enumerate(lines) if "in compile_and_call_fx_graph" in ln)
+    cut = "\n".join(lines[:end + 1])
+    c = classify(cut)
+    _assert_fallback(c, "backend_compiler_failed", cut, "in compile_and_call_fx_graph",
+                     "fallback:innermost_frame:compile")
+    assert c.phase == "backend_compile"
+
+
+def test_fallback_traceback_cut_in_the_fail_on_recompile_stance_is_recompile():
+    d = TUNING_BY_ID["tu-local-rc_stance_fail_on_recompile"]
+    cut = _cut_before(d["text"], "RuntimeError: Detected recompile")
+    c = classify(cut)
+    _assert_fallback(c, "recompile", cut, "in fail_callback", "fallback:innermost_frame:recompile")
+
+
+def test_fallback_still_says_unknown_without_clear_evidence():
+    # the same stance failure rendered by rich: its frames are boxed source listings, and the words of
+    # torch's own source lines (`except (Unsupported, ...`) must not read as a graph break
+    d = TUNING_BY_ID["tu-local-rich_rc_stance"]
+    cut = _cut_before(d["text"], "RuntimeError: Detected recompile")
+    assert "except (Unsupported" in cut
+    c = classify(cut)
+    assert c.category == "unknown" and c.evidence == []
+    # pytorch/pytorch (tu3-exp-01): a counter dump `inductor []` is one weak word, under the threshold
+    t = TUNING_BY_ID["tu3-exp-01"]["text"]
+    cut = t[:t.index("inductor []") + len("inductor []")]
+    assert classify(cut).category == "unknown"
+    # a test path (`test/inductor/test_torchinductor.py`) is no Inductor evidence
+    assert fallback.guess("test/inductor/test_torchinductor.py::CPUReproTests::test_x PASSED", _fallback_frame_kind) \
+        is None
+
+
+def test_fallback_never_overrides_a_rule():
+    # pytorch/pytorch#117364: rules place it (AssertionError: Tensor-likes are not close!), so no
+    # fallback evidence appears even though its frames and words would point elsewhere too
+    d = TUNING_BY_ID["tu6-acc-01"]
+    c = classify(d["text"])
+    assert c.category == "accuracy" and c.confidence > 0.9
+    assert not any(e.rule.startswith("fallback:") for e in c.evidence)
+
+
+def test_fallback_answers_only_when_the_best_category_clearly_wins():
+    # a cut in Dynamo's tracer counts for graph_break and dynamo_internal alike: no answer without words
+    d = TUNING_BY_ID["tu3-bcf-03"]
+    lines = d["text"].split("\n")
+    end = next(i for i, ln in enumerate(lines) if "in RETURN_VALUE" in ln)
+    tracer_cut = "\n".join(lines[:end])
+    g = fallback.guess(tracer_cut, _fallback_frame_kind)
+    assert g is None
+    assert classify(tracer_cut).category == "unknown"
+
+
+def test_fallback_reads_the_subsystem_that_logged_a_line():
+    # pytorch/pytorch (tu4-ds-02): its first line alone, `[...] torch.fx.experimental.symbolic_shapes: [INFO]
+    # 0.0: create_env`, names no failure; the logger (the symbolic-shapes engine) is weak dynamic-shapes evidence
+    d = TUNING_BY_ID["tu4-ds-02"]
+    first = d["text"].split("\n")[0]
+    c = classify(first)
+    _assert_fallback(c, "dynamic_shapes", first, "create_env", "fallback:log_source")
+    # the same line from glog (TORCH_LOGS), pytorch/pytorch (tu5-ds-04)
+    glog = TUNING_BY_ID["tu5-ds-04"]["text"].split("\n")[0]
+    assert "symbolic_shapes.py:" in glog
+    _assert_fallback(classify(glog), "dynamic_shapes", glog, "create_env", "fallback:log_source")
+    # Dynamo's tracing log is printed by every compile: no evidence of any failure
+    assert classify("[2023-12-18 18:21:07,432] torch._dynamo.symbolic_convert: [INFO] Step 1: torchdynamo start "
+                    "tracing __getitem__").category == "unknown"

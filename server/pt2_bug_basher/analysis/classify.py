@@ -17,6 +17,9 @@ How it decides
    wrapped in BackendCompilerFailed / InductorError is ``triton`` (``backend_compiler_failed``
    secondary); any error raised inside ``torch.export`` is ``export`` (the underlying category
    secondary); a recompile-limit ``Unsupported`` is ``recompile``.
+4. When no rule finds anything, ``fallback.guess`` may name a category from where the frames are,
+   which subsystem logged, the words of the text and printed results, with a low confidence; else
+   the text stays ``unknown``.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from . import fallback
 from .failure import (
     EXTERNAL_SIGNALS,
     FailureRecord,
@@ -535,6 +539,28 @@ def _from_frames(kinds: list[str], frames: list[Frame], msg: str, *,
     return None, 0.0, "", -1
 
 
+_BACKEND_CALLS = ("compile_and_call_fx_graph", "call_user_compiler", "_call_user_compiler")
+_COMPARES = re.compile(r"\b(?:assert_close|assertEqual|allclose|assert_allclose|isclose)\(")
+_RECOMPILE_MACHINERY = ("fail_callback", "exceeds_recompile_limit", "exceeds_cache_size_limit")
+
+
+def _fallback_frame_kind(f: Frame) -> str:
+    """The part of the stack a frame of an unplaced text belongs to. Beyond _frame_kind: a Dynamo
+    frame whose line hands the graph to the backend counts as the backend's (as in _from_frames);
+    the comparison of results (torch.testing, a line calling assert_close / allclose) is "compare";
+    Dynamo's recompile bookkeeping (the fail_on_recompile stance, the recompile limit) is "recompile"."""
+    kind = _frame_kind(f)
+    path = f.file.replace("\\", "/")
+    if kind in ("trace", "dynamo_internal", "dynamo_outer") and (
+            _CALLS_BACKEND.search(f.code or "") or f.function in _BACKEND_CALLS):
+        return "compile"
+    if path.endswith("testing/_comparison.py") or (kind in ("user", "lib", "torch") and _COMPARES.search(f.code or "")):
+        return "compare"
+    if f.in_torch and "/_dynamo/" in path and f.function.rsplit(".", 1)[-1] in _RECOMPILE_MACHINERY:
+        return "recompile"
+    return kind
+
+
 def _phase_from_kinds(kinds: list[str]) -> str | None:
     for k in reversed(kinds):
         if k in ("generated", "runtime"):
@@ -785,7 +811,12 @@ def classify(text: str, exit_code: int | None = None, signal_name: str | None = 
 
     ranked = sorted((c for c in CATEGORIES if scores[c] > 0), key=lambda c: -scores[c])
     forced_secondary: list[str] = []
-    if not ranked:
+    guess = fallback.guess(text, _fallback_frame_kind) if not ranked else None
+    if guess is not None:
+        # no rule placed the text: the fallback's best guess, with a confidence below any rule's
+        category = guess.category
+        hits.extend(_Hit(-1, ln, line, rule, category, 1.0) for ln, line, rule in guess.evidence)
+    elif not ranked:
         category = "unknown"
     else:
         category = ranked[0]
@@ -813,7 +844,9 @@ def classify(text: str, exit_code: int | None = None, signal_name: str | None = 
         if c != category and c not in secondary and c != "unknown" and scores[c] >= max(2.0, 0.3 * top):
             secondary.append(c)
 
-    if ranked:
+    if guess is not None:
+        confidence = guess.confidence
+    elif ranked:
         others = sorted((scores[c] for c in CATEGORIES if c != category), reverse=True)
         runner = others[0] if others else 0.0
         # grows with the evidence for the winner, shrinks with the evidence for the runner-up
