@@ -174,3 +174,25 @@ def test_triage_json_verdict(tmp_path, schemas, script: Path, category, reproduc
         assert report["with_logs"]["env_added"]["TORCH_LOGS"] == "recompiles,recompiles_verbose,guards"
     if category == "graph_break":  # the reproduction's reruns logged graph_breaks already
         assert report["with_logs"] is None
+
+
+@pytest.mark.parametrize("printed,failed", [("eager: nan compiled: nan", False), ("eager: 1.0 compiled: 2.0", True)])
+def test_a_passing_run_fails_on_a_printed_mismatch_never_on_a_guess(tmp_path: Path, printed: str, failed: bool):
+    """A compile-off run of a real-world repro printed `eager: nan compiled: nan` and exited 0: the fallback's
+    word evidence ("nan") guesses accuracy, which must not make the run a failure (and the case a user error)."""
+    from pt2_bug_basher.analysis.classify import classify, guessed
+    from pt2_bug_basher.analysis.verdict import RunVerdict
+    from pt2_bug_basher.execution.runner import ProcessOutcome
+    from pt2_bug_basher.execution.runs import RunResult
+
+    stdout, stderr = tmp_path / "stdout.log", tmp_path / "stderr.log"
+    stdout.write_text(printed + "\n")
+    stderr.write_text("")
+    outcome = ProcessOutcome(argv=["python", "repro.py"], exit_code=0, signal_name=None, timed_out=False,
+                             cancelled=False, duration_s=1.0, pid=1, stdout_path=stdout, stderr_path=stderr,
+                             stdout_bytes=len(printed) + 1, stderr_bytes=0)
+    verdict = RunVerdict(RunResult("run-x", outcome, {}, stdout, stderr))
+    assert verdict.failed is failed
+    if not failed:  # the guess is there; it just does not decide
+        text = classify(printed + "\n", exit_code=0)
+        assert text.category == "accuracy" and guessed(text), text

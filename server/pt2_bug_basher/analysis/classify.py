@@ -77,9 +77,14 @@ class Classification(BaseModel):
     failure: FailureRecord | None
 
 
+def guessed(classification: Classification) -> bool:
+    """The category is the fallback's best guess: no rule placed the text (its evidence is fallback's only)."""
+    return bool(classification.evidence) and all(e.rule.startswith("fallback:") for e in classification.evidence)
+
+
+
 # --------------------------------------------------------------------------------------------
 # Line rules
-
 
 @dataclass(frozen=True)
 class Rule:
