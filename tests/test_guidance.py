@@ -240,6 +240,10 @@ async def test_get_workflow_prints_no_none_and_the_logs_step_follows_the_layer(m
     data = await ok(mini, "classify_error", case_id=case_id, text=DYNAMO_INTERNAL_TEXT)
     assert data["category"] == "dynamo_internal"
     assert parse_call(data["diagnostic"]).tool == "collect_debug_artifacts", data["diagnostic"]
+    # With the artifacts step waived, the root cause is found from what the case has, not from artifacts.
+    await ok(mini, "waive_step", case_id=case_id, step="artifacts", reason="a tracing error: nothing compiled")
+    after = (await ok(mini, "get_workflow", case_id=case_id))["case"]["next_step"]
+    assert after.startswith("Find the root cause from the logs,") and "artifacts" not in after, after
 
     other = mini.new_case()
     seed_accuracy(mini, other, layer="Dynamo")

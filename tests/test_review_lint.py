@@ -25,19 +25,23 @@ OPS_WITH_OLD_LINT = "import os\n\n\ndef double(x):\n"  # an unused import alread
 
 
 async def reviewed_with_lint(mini: Mini, python: str, config: str | None = RUFF_CONFIG, added: str = "",
-                             test_text: str = LARGE_TEST) -> dict:
+                             test_text: str = LARGE_TEST, shortened: str | None = None) -> dict:
     """A case whose change adds a lint error next to one main already had; review it with `python`."""
     ops = mini.repo / "pkg" / "ops.py"
     git(mini.repo, "checkout", "-q", "main")
     if config is not None:
         (mini.repo / "ruff.toml").write_text(config)
     ops.write_text(ops.read_text().replace("def double(x):\n", OPS_WITH_OLD_LINT, 1))
+    if shortened:  # a module the change only removes a line from
+        (mini.repo / shortened).write_text("A = 1\nB = 2\n")
     git(mini.repo, "add", "-A")
     git(mini.repo, "commit", "-q", "-m", "lint config")
     git(mini.repo, "checkout", "-q", "work")
     git(mini.repo, "merge", "-q", "--ff-only", "main")
     add_test(mini.repo, "test/test_ops.py", test_text)
     fix_mini_bug(mini.repo)
+    if shortened:
+        (mini.repo / shortened).write_text("A = 1\n")
     ops.write_text(ops.read_text() + "\n\ndef triple(x):\n" + added + "    unused = x\n    return x * 3\n")
     case_id = mini.new_case(python=python)
     seed_test(mini.store, case_id)
@@ -79,6 +83,12 @@ async def test_without_a_lint_config_the_defaults_are_named_and_import_order_lef
                                           added="    import sys\n    import os\n")
     assert "I001" in {f["code"] for f in configured["lint"]["on_changed_lines"]}, configured["lint"]
     assert "no ruff configuration" not in configured["lint"]["note"]
+
+
+async def test_a_file_the_change_only_shortens_is_named_as_not_linted(mini: Mini):
+    data = await reviewed_with_lint(mini, sys.executable, shortened="pkg/extra.py")
+    assert "pkg/extra.py" not in data["lint"]["files"]
+    assert "Not linted: pkg/extra.py (the change only removes lines there)" in data["lint"]["note"], data["lint"]
 
 
 async def test_lint_in_the_registered_test_says_the_check_on_main_is_redone(mini: Mini):

@@ -308,10 +308,10 @@ class Workflow:
                 # Steps 9 and 10 are the agent's; verification is the next observable step.
                 continue
             if status.step == Step.verify and status.status == "pending":
-                return (
-                    "Find the root cause from the artifacts and logs, fix it in the repository, then: "
-                    + status.tool_call
-                )
+                named = {Step.logs: "the logs", Step.artifacts: "the debug artifacts"}
+                sources = [named[s.step] for s in steps if s.step in named and s.status == "done"]
+                found_from = " and ".join(sources) or "localize's suspects and the reproduction's traceback"
+                return f"Find the root cause from {found_from}, fix it in the repository, then: " + status.tool_call
             return f"Step {status.number} ({status.title}): {status.tool_call}"
         return "All steps are complete. Well done."
 

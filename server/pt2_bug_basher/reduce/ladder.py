@@ -296,7 +296,7 @@ async def localize(
     if judged.small and not judged.minimal and 'mode="source"' in minify_call:
         result.next_step = (f"The repro is small already ({judged.describe()}): "
                             f'minify(case_id="{cid}", mode="auto") polishes it in at most '
-                            f"{minimal.SMALL_BUDGET_S:.0f} s and completes step 3 ({minify_call} would take "
+                            f"{judged.polish_budget_s:.0f} s and completes step 3 ({minify_call} would take "
                             "the whole budget).")
     if judged.minimal:
         result.next_step = (f"The repro is already minimal ({judged.describe()}): "

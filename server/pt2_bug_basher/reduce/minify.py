@@ -148,11 +148,11 @@ async def run_minify(store: Store, case: CaseRecord, ref: Reference, script: Pat
             return done
         judged_note = f"not already minimal: {judged.why_not}"
         mode, after, why = pick_mode(store, case, ref)
-        if mode == "source" and judged.small and budget_s > minimal.SMALL_BUDGET_S:
+        if mode == "source" and judged.small and budget_s > judged.polish_budget_s:
             judged_note += (f"; small already ({judged.describe()}), so the source reducer only polishes it and "
-                            f"gets {minimal.SMALL_BUDGET_S:.0f} s of the {budget_s:.0f} s budget "
+                            f"gets {judged.polish_budget_s:.0f} s of the {budget_s:.0f} s budget "
                             "(mode=\"source\" takes the whole budget)")
-            budget_s = minimal.SMALL_BUDGET_S
+            budget_s = judged.polish_budget_s
     stamp = time.strftime("%Y%m%d-%H%M%S")
     work = store.case_dir(case.case_id) / "minify" / f"{mode}-{stamp}-{time.monotonic_ns() % 10**6}"
     result = MinifyResult(case_id=case.case_id, mode=mode, why_mode=why, script=str(script), budget_s=budget_s,
@@ -378,7 +378,10 @@ def _next_step(case_id: str, result: MinifyResult, localized: bool) -> str:
                 f'minify(case_id="{case_id}") again.')
     if result.confirmed:
         more = ""
-        if result.budget_exhausted:
+        reduced = _judged_file(result.minimized_path)
+        if result.budget_exhausted and reduced is not None and reduced.small:
+            more = f" The budget ran out first, with the repro small ({reduced.describe()}): use it as it is."
+        elif result.budget_exhausted:
             more = (" The budget ran out first: this is the best reduction so far; a larger budget_s may shrink it "
                     "further.")
         elif not result.helped:
@@ -395,3 +398,10 @@ def _next_step(case_id: str, result: MinifyResult, localized: bool) -> str:
                 result.script + "\", repeat=2).")
     return (f"The reduced file does not fail the case's way when run alone. Retry with a larger budget "
             f"({call_src[:-1]}, budget_s=1200)), or reduce by hand from {result.minimized_path}.")
+
+
+def _judged_file(path: str | None) -> minimal.Minimality | None:
+    try:
+        return minimal.judge(Path(path).read_text(errors="replace")) if path else None
+    except OSError:
+        return None

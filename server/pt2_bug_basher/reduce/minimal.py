@@ -18,6 +18,7 @@ MAX_COMPILED_OPS = 2  # `torch.pow(x, 3) + 1`: the op and what makes a kernel of
 SMALL_STATEMENTS = 16
 SMALL_COMPILED_OPS = 8
 SMALL_BUDGET_S = 120.0
+TINY_BUDGET_S = 60.0  # at most MAX_STATEMENTS statements: only a few statements can go
 _COMPILERS = {"compile", "optimize", "optimize_assert"}
 
 Body = ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
@@ -41,6 +42,11 @@ class Minimality:
         """Minimal, or close: few statements and few compiled ops."""
         return 0 <= self.statements <= SMALL_STATEMENTS and self.compiled_ops is not None \
             and self.compiled_ops <= SMALL_COMPILED_OPS
+
+    @property
+    def polish_budget_s(self) -> float:
+        """The source reducer's budget for a small repro."""
+        return TINY_BUDGET_S if self.statements <= MAX_STATEMENTS else SMALL_BUDGET_S
 
     def describe(self) -> str:
         ops = "compiled code not found" if self.compiled_ops is None else (

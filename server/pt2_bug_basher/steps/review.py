@@ -58,6 +58,11 @@ async def review_changes(state: AppState, case_id: str) -> ReviewResult:
 
     tree, diff, found, targets, tests_added = await anyio.to_thread.run_sync(work)
     lint = await lint_changed_lines(state.store, case, repo, targets, ToolName.review_changes.value)
+    only_removed = sorted(c.path for c in diff.files if c.path.endswith(".py") and not c.added and not c.binary
+                          and c.status != "deleted")
+    if only_removed:
+        lint.note = (lint.note + f" Not linted: {', '.join(only_removed[:5])} (the change only removes lines "
+                     "there).").strip()
     found += [Finding(severity="warning", kind="lint", file=f.file, line=f.line,
                       text=f"{lint.linter} {f.code} at {f.where}: {f.message}") for f in lint.on_changed_lines]
     blocking = [f for f in found if f.severity == "blocking"]
