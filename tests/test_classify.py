@@ -864,3 +864,19 @@ def test_fallback_reads_the_subsystem_that_logged_a_line():
     # Dynamo's tracing log is printed by every compile: no evidence of any failure
     assert classify("[2023-12-18 18:21:07,432] torch._dynamo.symbolic_convert: [INFO] Step 1: torchdynamo start "
                     "tracing __getitem__").category == "unknown"
+
+
+def test_fallback_does_not_guess_at_an_exception_no_rule_knows():
+    """A user's ValueError raised under a test's assertEqual (what pytest printed for a registered test) stays
+    `unknown`: the fallback reads text without an exception, where the comparison of results was guessed."""
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "/repo/test/test_ops.py", line 14, in test_double_large\n'
+        "    self.assertEqual(double(21), 42)\n"
+        '  File "/repo/pkg/ops.py", line 3, in double\n'
+        '    raise ValueError(f"double() cannot take {x}")\n'
+        "ValueError: double() cannot take 21\n"
+    )
+    assert classify(text, exit_code=1).category == "unknown"
+    cut = text.rsplit("ValueError:", 1)[0].replace("pkg/ops.py", "torch/testing/_comparison.py")
+    assert classify(cut, exit_code=1).category == "accuracy"  # the same frames, cut before any exception

@@ -816,7 +816,9 @@ def classify(text: str, exit_code: int | None = None, signal_name: str | None = 
 
     ranked = sorted((c for c in CATEGORIES if scores[c] > 0), key=lambda c: -scores[c])
     forced_secondary: list[str] = []
-    guess = fallback.guess(text, _fallback_frame_kind) if not ranked else None
+    # The fallback reads text that shows no exception: an exception no rule knows (a ValueError raised in
+    # user code, called from a test's assertEqual) is not guessed at.
+    guess = fallback.guess(text, _fallback_frame_kind) if not ranked and parsed.final_exc is None else None
     if guess is not None:
         # no rule placed the text: the fallback's best guess, with a confidence below any rule's
         category = guess.category
