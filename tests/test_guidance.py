@@ -251,6 +251,22 @@ async def test_get_workflow_prints_no_none_and_the_logs_step_follows_the_layer(m
     assert parse_call(steps["logs"]["tool_call"]).arguments["logs"] == "dynamo_internal"
 
 
+async def test_step_8_of_a_dynamo_case_offers_its_waiver(mini: Mini):
+    """Seen by two agents: after a Dynamo exception localize had pinned, the artifacts step could add nothing."""
+    cases = {}
+    for layer in ("Dynamo", "Inductor"):
+        case_id = cases[layer] = mini.new_case()
+        seed_accuracy(mini, case_id, layer=layer)
+        for step in ("reduce", "test", "main_check", "logs", "classify"):
+            mini.store.add_waiver(case_id, step, "seeded: only step 8 is pending")
+    dynamo = (await ok(mini, "get_workflow", case_id=cases["Dynamo"]))["case"]["next_step"]
+    assert dynamo.startswith("Step 8") and "collect_debug_artifacts(" in dynamo, dynamo
+    waiver = parse_call(dynamo[dynamo.index("waive_step("):])
+    assert waiver.arguments["step"] == "artifacts" and "eager" in waiver.arguments["reason"], waiver
+    inductor = (await ok(mini, "get_workflow", case_id=cases["Inductor"]))["case"]["next_step"]
+    assert "collect_debug_artifacts(" in inductor and "waive_step(" not in inductor, inductor
+
+
 async def test_a_stale_graph_localize_put_in_dynamos_guards_gets_the_guards_and_recompiles_preset(mini: Mini):
     """Seen by an agent: a missing length guard (localize: Dynamo, "items guarded, length not") got the logs step
     run_with_logs(logs="dynamo_internal"), whose own output then said the recompiles log was off; and it ran the

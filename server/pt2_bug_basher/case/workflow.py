@@ -312,7 +312,16 @@ class Workflow:
                 sources = [named[s.step] for s in steps if s.step in named and s.status == "done"]
                 found_from = " and ".join(sources) or "localize's suspects and the reproduction's traceback"
                 return f"Find the root cause from {found_from}, fix it in the repository, then: " + status.tool_call
-            return f"Step {status.number} ({status.title}): {status.tool_call}"
+            text = f"Step {status.number} ({status.title}): {status.tool_call}"
+            if status.step == Step.artifacts and self.localization is not None \
+                    and self.localization.first_failing == "eager":
+                cid = self.case.case_id
+                text += (" - localize found backend='eager' failing, so no graph reaches Inductor: this collects "
+                         "Dynamo's own logs and guards, not kernels. If the traceback and localize's suspects show "
+                         f'the cause already: waive_step(case_id="{cid}", step="artifacts", reason="fails with '
+                         "backend='eager': no graph reaches Inductor, and localize's suspects name the Dynamo "
+                         'source")')
+            return text
         return "All steps are complete. Well done."
 
 
