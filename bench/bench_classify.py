@@ -8,8 +8,8 @@ as one regex `re.search`ed over the whole text; the category with the largest su
 (no traceback parsing, no tail window, no per-line patterns). Prints ms/call and ratio = ours / naive, then per-category
 precision / recall / F1 on each corpus for both: the development corpora (public, local,
 local_gpu, tuning) and the held-out one (heldout.jsonl, never tuned on: its first two batches,
-its third, fourth, fifth and sixth batches and all of it) separately. A class that is predicted but never a label still
-gets a row (its precision; recall is undefined there and printed as nan).
+its third, fourth, fifth, sixth and seventh batches and all of it) separately. A class that is
+predicted but never a label still gets a row (its precision; recall is undefined there and printed as nan).
 
     python bench/bench_classify.py [--calls 30] [--accuracy-only]
 """
@@ -191,11 +191,12 @@ def main() -> int:
     corpora = (("public", public), ("local", local), ("local_gpu", local_gpu), ("tuning", tuning),
                ("tuning, all (public + local + local_gpu + tuning)", public + local + local_gpu + tuning),
                ("heldout, first two batches (ho-, ho2-)",
-                [d for d in heldout if not d["id"].startswith(("ho3-", "ho4-", "ho5-", "ho6-"))]),
+                [d for d in heldout if not d["id"].startswith(("ho3-", "ho4-", "ho5-", "ho6-", "ho7-"))]),
                ("heldout, third batch (ho3-)", [d for d in heldout if d["id"].startswith("ho3-")]),
                ("heldout, fourth batch (ho4-)", [d for d in heldout if d["id"].startswith("ho4-")]),
                ("heldout, fifth batch (ho5-)", [d for d in heldout if d["id"].startswith("ho5-")]),
                ("heldout, sixth batch (ho6-)", [d for d in heldout if d["id"].startswith("ho6-")]),
+               ("heldout, seventh batch (ho7-)", [d for d in heldout if d["id"].startswith("ho7-")]),
                ("heldout, all (never tuned on)", heldout))
     for name, samples in corpora:
         ours = [classify(d["text"], d.get("exit_code"), d.get("signal_name")).category for d in samples]
