@@ -517,6 +517,23 @@ def test_printed_eager_and_compiled_values_without_traceback_are_accuracy():
     evidence_has(c, d["text"], "Eager (before): tensor(8.8162e-39)")
 
 
+def test_printed_results_named_with_a_dtype_and_an_identifier_suffix_are_accuracy():
+    # pytorch/pytorch#128306: `bf16 eager_res is: tensor(...)` and `bf16 inductor res is: tensor(...)`
+    d = TUNING_BY_ID["tu7-acc-02"]
+    c = classify(d["text"], exit_code=0)
+    assert c.category == "accuracy"
+    assert {e.rule for e in c.evidence} >= {"eager_output_print", "compiled_output_print"}
+    # a dtype before another word is no label
+    assert classify("bf16 weights: tensor([1., 2.])\n", exit_code=0).category == "unknown"
+
+
+def test_inductor_graph_lowering_frames_are_compile_time():
+    # pytorch/pytorch#110696: pytest frames ending in GraphLowering.run are Inductor lowering the
+    # graph (compile time), not the compiled code running
+    d = TUNING_BY_ID["tu7-ds-06"]
+    assert _classify(d).category == "backend_compiler_failed"
+
+
 def test_printed_allclose_false_and_difference_are_weak_accuracy():
     # pytorch/pytorch#141436: `print(torch.allclose(out_eager, out_compiled))` then the max diff
     d = TUNING_BY_ID["tu3-acc-01"]

@@ -101,6 +101,9 @@ def _r(name: str, category: str, weight: float, anchors: str | tuple[str, ...], 
     return Rule(name, category, weight, anchors, re.compile(pattern) if pattern else None)
 
 
+# a dtype or device naming which run of the comparison a printed value belongs to: `bf16 eager: ...`
+_VALUE_QUALIFIER = r"(?:(?:[bB]?[fF](?:16|32|64)|float(?:16|32|64)|half|double|cpu|CPU|cuda|CUDA|gpu|GPU)\W{1,3})?"
+
 # `<label words>: <value>` where the value is a tensor, an array, a list or a number (not a timing)
 _PRINTED_VALUE = (r"\b[^:=\n]{0,30}[:=]\s*(?:tensor\(|array\(|\[|[-+]?(?:\d|inf\b|nan\b))"
                   r"(?!.*(?:\d\s*(?:ms|us|s|sec|secs|seconds|it/s|x)\b|[Ss]peed-?up|[Tt]hroughput))")
@@ -167,13 +170,14 @@ RULES: tuple[Rule, ...] = (
     _r("max_diff_print", "accuracy", 1.5, ("ax diff", "ax_diff", "aximum diff", "ax absolute diff"),
        r"(?i)max(?:imum)?[ _](?:abs(?:olute)?[ _])?diff(?:erence)?\b\s*[:=(]"),
     # a script printing its eager and compiled results: `eager out: tensor(...)`, `Eager (before): tensor(...)`,
-    # `Compile: tensor(0.)`, `compiled result = [...]` (a value, not a timing)
+    # `Compile: tensor(0.)`, `compiled result = [...]`, `bf16 eager_res is: tensor(...)` (a value, not a timing)
     _r("eager_output_print", "accuracy", 1.5, ("eager", "Eager", "EAGER"),
-       r"^\W{0,4}(?:eager|Eager|EAGER)(?:[ _](?:out|output|outputs|result|res)\b\s*[:=]|"
-       + _PRINTED_VALUE + ")"),
+       r"^\W{0,4}" + _VALUE_QUALIFIER + r"(?:eager|Eager|EAGER)(?:[ _](?:out|output|outputs|result|res)\b\s*[:=]|"
+       r"(?:_\w+)?" + _PRINTED_VALUE + ")"),
     _r("compiled_output_print", "accuracy", 1.5, ("ompile", "OMPILE", "nductor", "ptimized"),
-       r"^\W{0,4}(?:(?:compiled|Compiled|COMPILED|compile|Compile)[ _](?:out|output|outputs|result|res)\b\s*[:=]"
-       r"|(?:compiled?|Compiled?|COMPILED?|[Ii]nductor|[Oo]ptimized)" + _PRINTED_VALUE + ")"),
+       r"^\W{0,4}" + _VALUE_QUALIFIER
+       + r"(?:(?:compiled|Compiled|COMPILED|compile|Compile)[ _](?:out|output|outputs|result|res)\b\s*[:=]"
+       r"|(?:compiled?|Compiled?|COMPILED?|[Ii]nductor|[Oo]ptimized)(?:_\w+)?" + _PRINTED_VALUE + ")"),
     # `print(torch.allclose(eager, compiled))` and `print("diff", (a - b).abs().max())` with nothing else
     _r("printed_false", "accuracy", 1.5, "False", r"^\s*False\s*$"),
     _r("printed_difference", "accuracy", 1.5, ("diff", "Diff", "DIFF"),
@@ -342,6 +346,8 @@ def _frame_kind(f: Frame) -> str:
             return "triton" if "compile" in func else "runtime"
         if func == "triton" or "triton_kernel" in func:  # async_compile.triton, loading a Triton kernel
             return "triton"
+        if path.endswith("/_inductor/graph.py"):
+            return "compile"  # GraphLowering: its run / run_node interpret the FX graph to lower it
         if path.endswith(("output_code.py", "cudagraph_trees.py", "cudagraph_utils.py")) \
                 or "runtime_wrappers" in path or func in ("run", "__call__", "forward", "call", "_run"):
             return "runtime"
@@ -644,7 +650,7 @@ def _scan_lines(text: str, hits: list[_Hit]) -> None:
 
 
 _PRINT_RULES = ("eager_output_print", "compiled_output_print")
-_LABELLED_VALUE = re.compile(r"(?i)\b(eager|compiled?|inductor|optimized)\b[^:=\n]{0,30}?[:=]\s*")
+_LABELLED_VALUE = re.compile(r"(?i)\b(eager|compiled?|inductor|optimized)(?:_\w+)?\b[^:=\n]{0,30}?[:=]\s*")
 
 
 def _printed_values_agree(hits: list[_Hit]) -> bool:
