@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from pt2_bug_basher.analysis import fallback
 from pt2_bug_basher.analysis.classify import CATEGORIES, Classification, _fallback_frame_kind, classify
+from pt2_bug_basher.analysis.failure import Frame
 
 SEVEN = {"graph_break", "backend_compiler_failed", "recompile", "accuracy", "dynamo_internal",
          "runtime_crash", "triton"}
@@ -897,3 +898,42 @@ def test_fallback_does_not_guess_at_an_exception_no_rule_knows():
     assert classify(text, exit_code=1).category == "unknown"
     cut = text.rsplit("ValueError:", 1)[0].replace("pkg/ops.py", "torch/testing/_comparison.py")
     assert classify(cut, exit_code=1).category == "accuracy"  # the same frames, cut before any exception
+
+
+def test_traceback_cut_where_the_tracer_returns_is_backend():
+    # pytorch/pytorch (tu3-bcf-02): JupyterLab frames cut in RETURN_VALUE / _return: tracing is done
+    # and the graph goes to the backend next
+    d = TUNING_BY_ID["tu3-bcf-02"]
+    lines = d["text"].split("\n")
+    end = next(i for i, ln in enumerate(lines) if "_return(inst)" in ln)
+    assert classify("\n".join(lines[:end + 1])).category == "backend_compiler_failed"
+
+
+def test_a_frame_precompiling_a_kernel_is_triton():
+    # pytorch/torchdynamo (tr-005): cut in codecache._load_kernel whose line is `kernel.precompile()`
+    d = BY_ID["tr-005"]
+    lines = d["text"].split("\n")
+    end = next(i for i, ln in enumerate(lines) if "kernel.precompile()" in ln)
+    assert classify("\n".join(lines[:end + 1])).category == "triton"
+
+
+def test_a_test_file_named_after_inductor_is_not_generated_code():
+    # pytorch/pytorch (tu6-acc-01): `test/inductor/test_torchinductor.py` is the test, not Inductor's
+    # output; a traceback cut there says nothing about the compiled code running
+    d = TUNING_BY_ID["tu6-acc-01"]
+    cut = _cut_before(d["text"], "AssertionError")
+    assert classify(cut).category in ("accuracy", "unknown")
+    assert _fallback_frame_kind(Frame(file="/home/u/pytorch/test/inductor/test_torchinductor.py", line=7077,
+                                      function="test_x", in_torch=False)) == "user"
+    assert _fallback_frame_kind(Frame(file="/tmp/torchinductor_u/ab/cab.py", line=3,
+                                      function="call", in_torch=False)) == "generated"
+
+
+def test_source_lines_naming_eager_and_compile_are_not_printed_results():
+    # pytorch/pytorch#104092 (tu7-di-03): the user frame's line `print(torch.compile(f, backend='eager')())`
+    d = TUNING_BY_ID["tu7-di-03"]
+    lines = d["text"].split("\n")
+    for end in range(2, len(lines) - 2):
+        assert classify("\n".join(lines[:end])).category in ("dynamo_internal", "unknown"), end
+    code = "out = torch.compile(model, backend='eager')(x)\nprint(torch.compile(g, backend='eager')(y))\n"
+    assert classify(code).category == "unknown"

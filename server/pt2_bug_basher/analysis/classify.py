@@ -326,12 +326,27 @@ _DYNAMO_OUTER = ("eval_frame.py", "convert_frame.py", "bytecode_transformation.p
 _DYNAMO_TRACING = ("symbolic_convert.py", "variables/", "variables\\")
 
 
+_BACKEND_CALLS = ("compile_and_call_fx_graph", "call_user_compiler", "_call_user_compiler")
+# Inductor's cache of generated code (/tmp/torchinductor_<user>/...), not a file named test_torchinductor.py
+_GENERATED_DIR = re.compile(r"(?:^|/)torchinductor[^/]*/")
+# the tracer's return: tracing is done and the graph goes to the backend (compile_subgraph)
+_RETURN_OPS = ("RETURN_VALUE", "RETURN_CONST", "_return")
+
+
+def _hands_to_backend(f: Frame, kind: str) -> bool:
+    """A Dynamo frame at the hand-off of a traced graph to the backend: its line calls the backend,
+    it is one of the hand-off functions, or it is the tracer returning (compiling the graph is next)."""
+    func = f.function.rsplit(".", 1)[-1]
+    return kind in ("trace", "dynamo_internal", "dynamo_outer") and (
+        bool(_CALLS_BACKEND.search(f.code or "")) or func in _BACKEND_CALLS or func in _RETURN_OPS)
+
+
 def _frame_kind(f: Frame) -> str:
     """Which part of the stack a frame belongs to: generated, compile, runtime, trace, export,
     triton, dynamo_internal, dynamo_outer, shapes, torch, user, lib."""
     path = f.file.replace("\\", "/")
     func = f.function.rsplit(".", 1)[-1]  # IPython names methods with their class: OutputGraph.call_user_compiler
-    if "torchinductor" in path or path.startswith("<eval_with_key>") or "<eval_with_key>" in path:
+    if _GENERATED_DIR.search(path) or "<eval_with_key>" in path:
         return "compile" if func == "<module>" else "generated"
     if ("/triton/" in path or path.startswith("triton/")) and "/torch/" not in path:
         return "triton"
@@ -344,8 +359,8 @@ def _frame_kind(f: Frame) -> str:
     if "/_inductor/" in path or path.startswith("torch/_inductor"):
         if path.endswith(("triton_heuristics.py", "autotune.py")):
             return "triton" if "compile" in func else "runtime"
-        if func == "triton" or "triton_kernel" in func:  # async_compile.triton, loading a Triton kernel
-            return "triton"
+        if func == "triton" or "triton_kernel" in func or ".precompile(" in (f.code or ""):
+            return "triton"  # async_compile.triton, loading or precompiling a Triton kernel
         if path.endswith("/_inductor/graph.py"):
             return "compile"  # GraphLowering: its run / run_node interpret the FX graph to lower it
         if path.endswith(("output_code.py", "cudagraph_trees.py", "cudagraph_utils.py")) \
@@ -521,8 +536,7 @@ def _from_frames(kinds: list[str], frames: list[Frame], msg: str, *,
             if kind == "shapes" and not strong:
                 return "dynamic_shapes", 1.5, "frames:symbolic_shapes", i
             continue
-        if not strong and kind in ("trace", "dynamo_internal", "dynamo_outer") \
-                and _CALLS_BACKEND.search(frames[i].code or ""):
+        if not strong and _hands_to_backend(frames[i], kind):
             # a traceback cut where Dynamo hands the graph to the backend: the failure is past tracing
             return "backend_compiler_failed", 2.0, "frames:backend_call", i
         if kind in ("generated", "runtime"):
@@ -550,7 +564,6 @@ def _from_frames(kinds: list[str], frames: list[Frame], msg: str, *,
     return None, 0.0, "", -1
 
 
-_BACKEND_CALLS = ("compile_and_call_fx_graph", "call_user_compiler", "_call_user_compiler")
 _COMPARES = re.compile(r"\b(?:assert_close|assertEqual|allclose|assert_allclose|isclose)\(")
 _RECOMPILE_MACHINERY = ("fail_callback", "exceeds_recompile_limit", "exceeds_cache_size_limit")
 
@@ -562,8 +575,7 @@ def _fallback_frame_kind(f: Frame) -> str:
     Dynamo's recompile bookkeeping (the fail_on_recompile stance, the recompile limit) is "recompile"."""
     kind = _frame_kind(f)
     path = f.file.replace("\\", "/")
-    if kind in ("trace", "dynamo_internal", "dynamo_outer") and (
-            _CALLS_BACKEND.search(f.code or "") or f.function in _BACKEND_CALLS):
+    if _hands_to_backend(f, kind):
         return "compile"
     if path.endswith("testing/_comparison.py") or (kind in ("user", "lib", "torch") and _COMPARES.search(f.code or "")):
         return "compare"

@@ -95,6 +95,14 @@ _WORDS: tuple[tuple[str, float, re.Pattern[str]], ...] = tuple((c, w, re.compile
 # tensor): the side a printed block belongs to
 _SIDE = re.compile(r"(?i)\b(?P<side>eager|compiled?|inductor|optimized)\b")
 MAX_BLOCK_LINES = 40
+
+
+def _in_code(line: str, m: re.Match[str]) -> bool:
+    """The side's name is part of code, not a label: an attribute or call (`torch.compile(`) or a
+    quoted argument (`backend='eager'`)."""
+    before = line[m.start() - 1] if m.start() else ""
+    after = line[m.end()] if m.end() < len(line) else ""
+    return before in (".", "'", '"', "=") or after in ("(", "'", '"')
 PRINTED_DIFFER_WEIGHT = 2.0
 
 
@@ -129,6 +137,7 @@ def guess(text: str, frame_kind: Callable[[Frame], str]) -> Guess | None:
     words_seen: set[int] = set()
     lines = text[start:].split("\n")
     code_line = -1  # the line under the last frame: its source code
+    where_lines: set[int] = set()  # frames and the source lines they show
     for offset, line in enumerate(lines):
         line_no = first_line_no + offset
         bare = strip_prefix(line)
@@ -152,13 +161,14 @@ def guess(text: str, frame_kind: Callable[[Frame], str]) -> Guess | None:
                     tally.add(category, weight, line_no, line, "fallback:log_source")
                     break
         if m is not None or offset == code_line or _SOURCE_CONTEXT.match(bare):
+            where_lines.add(offset)
             continue  # frames and source lines say where, not what
         words = _PATHS.sub(" ", bare)
         for i, (category, weight, pattern) in enumerate(_WORDS):
             if i not in words_seen and pattern.search(words):
                 words_seen.add(i)
                 tally.add(category, weight, line_no, line, "fallback:words")
-    differ = _printed_sides_differ(lines)
+    differ = _printed_sides_differ(lines, where_lines)
     if differ is not None:
         tally.add("accuracy", PRINTED_DIFFER_WEIGHT, first_line_no + differ, lines[differ],
                   "fallback:printed_sides_differ")
@@ -182,15 +192,19 @@ def guess(text: str, frame_kind: Callable[[Frame], str]) -> Guess | None:
     return Guess(best, max(0.05, confidence), dict(ranked), evidence)
 
 
-def _printed_sides_differ(lines: list[str]) -> int | None:
+def _printed_sides_differ(lines: list[str], where_lines: set[int]) -> int | None:
     """The line (index) that starts the compiled side's printed result when the text prints an eager
     and a compiled result that differ; None when it prints no such pair or the two agree (with
-    compilation off both sides print the same)."""
+    compilation off both sides print the same). Frames and the source lines under them are code,
+    not printed output, and so are labels inside code (`torch.compile(`, `backend='eager'`)."""
     blocks: dict[str, list[str]] = {}
     starts: dict[str, int] = {}
     current: str | None = None
     for i, line in enumerate(lines):
-        labels = list(_SIDE.finditer(line))
+        if i in where_lines:
+            current = None
+            continue
+        labels = [m for m in _SIDE.finditer(line) if not _in_code(line, m)]
         if labels:
             for m, nxt in zip(labels, [*labels[1:], None], strict=True):
                 side = "eager" if m.group("side").lower() == "eager" else "compiled"
