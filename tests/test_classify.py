@@ -937,3 +937,25 @@ def test_source_lines_naming_eager_and_compile_are_not_printed_results():
         assert classify("\n".join(lines[:end])).category in ("dynamo_internal", "unknown"), end
     code = "out = torch.compile(model, backend='eager')(x)\nprint(torch.compile(g, backend='eager')(y))\n"
     assert classify(code).category == "unknown"
+
+
+def test_fallback_frames_of_the_triton_launcher_and_of_dynamo_export():
+    # the launcher Inductor generates for a Triton kernel: `File "<string>", line 8, in launcher`
+    assert _fallback_frame_kind(Frame(file="<string>", line=8, function="launcher", in_torch=False)) == "triton"
+    # torch._dynamo.export's inner function (IPython names it export.<locals>.inner)
+    inner = Frame(file="/opt/conda/lib/python3.10/site-packages/torch/_dynamo/eval_frame.py", line=1382,
+                  function="export.<locals>.inner", in_torch=True)
+    assert _fallback_frame_kind(inner) == "export"
+    d = TUNING_BY_ID["tu-tr-01"]
+    lines = d["text"].split("\n")
+    end = next(i for i, ln in enumerate(lines) if "in launcher" in ln)
+    assert classify("\n".join(lines[:end + 1])).category == "triton"
+
+
+def test_fallback_reads_the_recompile_limit_warnings_function_line():
+    # pytorch/pytorch (tu3-rc-01): only `function: 'forward' (/workspace/.../detail_capture.py:131)` survives
+    d = TUNING_BY_ID["tu3-rc-01"]
+    first = d["text"].split("\n")[0]
+    c = classify(first)
+    _assert_fallback(c, "recompile", first, "function: 'forward'", "fallback:line_shape")
+    assert classify("calling function: 'forward' of the model\n").category == "unknown"

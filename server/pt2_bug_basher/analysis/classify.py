@@ -572,11 +572,16 @@ def _fallback_frame_kind(f: Frame) -> str:
     """The part of the stack a frame of an unplaced text belongs to. Beyond _frame_kind: a Dynamo
     frame whose line hands the graph to the backend counts as the backend's (as in _from_frames);
     the comparison of results (torch.testing, a line calling assert_close / allclose) is "compare";
+    a Triton kernel's generated launcher is "triton"; torch._dynamo.export's inner function is "export";
     Dynamo's recompile bookkeeping (the fail_on_recompile stance, the recompile limit) is "recompile"."""
     kind = _frame_kind(f)
     path = f.file.replace("\\", "/")
     if _hands_to_backend(f, kind):
         return "compile"
+    if path == "<string>" and f.function == "launcher":
+        return "triton"  # the launcher Inductor generates for a Triton kernel
+    if f.in_torch and "export.<locals>." in f.function:
+        return "export"  # torch._dynamo.export's inner function
     if path.endswith("testing/_comparison.py") or (kind in ("user", "lib", "torch") and _COMPARES.search(f.code or "")):
         return "compare"
     if f.in_torch and "/_dynamo/" in path and f.function.rsplit(".", 1)[-1] in _RECOMPILE_MACHINERY:

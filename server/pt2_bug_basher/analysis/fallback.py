@@ -91,6 +91,12 @@ _WORDS: tuple[tuple[str, float, re.Pattern[str]], ...] = tuple((c, w, re.compile
     ("accuracy", 1.0, r"(?i)\b(?:loss|difference|diff|error)\b.{0,40}(?:tensor\(|\d\.\d)"),
 ))
 
+# the shape of a whole line (read before file paths are blanked out): (category, weight, pattern)
+_LINE_SHAPES: tuple[tuple[str, float, re.Pattern[str]], ...] = (
+    # the recompile-limit warning names the function it gave up on: `function: 'forward' (model.py:131)`
+    ("recompile", 1.5, re.compile(r"\bfunction: '[^']+' \([^()\n]*:\d+\)")),
+)
+
 # a script printing its eager and its compiled results (`eager: ...`, `=== compiled x.grad ===` above a
 # tensor): the side a printed block belongs to
 _SIDE = re.compile(r"(?i)\b(?P<side>eager|compiled?|inductor|optimized)\b")
@@ -163,6 +169,10 @@ def guess(text: str, frame_kind: Callable[[Frame], str]) -> Guess | None:
         if m is not None or offset == code_line or _SOURCE_CONTEXT.match(bare):
             where_lines.add(offset)
             continue  # frames and source lines say where, not what
+        for i, (category, weight, pattern) in enumerate(_LINE_SHAPES, start=len(_WORDS)):
+            if i not in words_seen and pattern.search(bare):
+                words_seen.add(i)
+                tally.add(category, weight, line_no, line, "fallback:line_shape")
         words = _PATHS.sub(" ", bare)
         for i, (category, weight, pattern) in enumerate(_WORDS):
             if i not in words_seen and pattern.search(words):
