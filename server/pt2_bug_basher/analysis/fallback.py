@@ -13,9 +13,11 @@ This module scores that weak evidence per category:
   which subsystem was talking (``symbolic_shapes.py:3787]``, ``torch._inductor.select_algorithm``);
 - words: a small vocabulary per category (``core dumped``, ``last reason``, ``XBLOCK``,
   ``unbacked``, ``ExportedProgram``...), each pattern counted once, read only in messages and log
-  text: not in file paths, frame lines or the source lines a traceback shows;
+  text: not in file paths, frame lines or the source lines a traceback shows; a few whole-line
+  shapes are read before paths are blanked (the recompile-limit warning's ``function: 'f' (f.py:3)``);
 - printed results: an eager and a compiled result printed under their names that differ (the same
-  print on both sides, as with compilation off, is no evidence).
+  print on both sides, as with compilation off, is no evidence; frames, source lines and names
+  inside code such as ``backend='eager'`` are not printed results).
 
 It answers only when the best category clearly wins (``MIN_SCORE``, ``MIN_RATIO``: chosen on cuts
 of the development and tuning corpora that the rules call unknown, for no wrong answer there), and
