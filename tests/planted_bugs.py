@@ -90,6 +90,19 @@ PLANTED: dict[str, PlantedBug] = {
                         "x = torch.randn(16)\n    torch.testing.assert_close(torch.compile(f)(x), f(x))"),
         layer="Inductor", guilty="constant_fold_uniform_value",
         what="constant folding rebuilds a torch.full constant with its fill value plus one"),
+    "cpp_reduction_init": PlantedBug(
+        name="cpp_reduction_init", commit_message="Inductor CPU: start min reductions from the largest finite value",
+        file="torch/_inductor/codegen/cpp.py",
+        old=('            f"std::numeric_limits<{cdtype}>::infinity()"\n'
+             '            if is_float_dtype(dtype)\n            else f"std::numeric_limits<{cdtype}>::max()"\n'),
+        new=('            f"std::numeric_limits<{cdtype}>::max()"\n'
+             '            if is_float_dtype(dtype)\n            else f"std::numeric_limits<{cdtype}>::max()"\n'),
+        repro=_compared("def f(x, mask):\n    return x.masked_fill(mask, float(\"inf\")).amin(dim=1)\n",
+                        "x = torch.randn(4, 8)\n    mask = torch.zeros(4, 8, dtype=torch.bool)\n    mask[1] = True\n"
+                        "    torch.testing.assert_close(torch.compile(f)(x, mask), f(x, mask))"),
+        layer="Inductor", guilty="reduction_init",
+        what=("the C++ backend starts a float min reduction from the largest finite float instead of +inf, so a row "
+              "that is all +inf reduces to 3.4e38")),
     "dynamo_tracing": PlantedBug(
         name="dynamo_tracing", commit_message="Dynamo: read sorted()'s reverse flag",
         file="torch/_dynamo/variables/builtin.py",

@@ -74,3 +74,69 @@ def test_a_bisected_lowering_ranks_the_helpers_the_failing_run_called():
     assert [s.function for s in suspects] == ["pow", "pow_recursive"], suspects
     assert source_line(suspects[1].file, suspects[1].line).startswith("def pow_recursive(")
     assert "called it 3 time(s)" in suspects[1].why and "used by no other function" in suspects[1].why
+
+
+def test_codegen_only_the_culprit_ran_is_kept_with_code_emitters_first():
+    """The difference of two traces: what both trials ran, and generic helpers, are no evidence."""
+    from pt2_bug_basher.domain.bisection import CodegenCall
+    from pt2_bug_basher.reduce.bisect import codegen_difference
+
+    def call(function: str, *, emits: bool, line: int = 1) -> CodegenCall:
+        return CodegenCall(file="torch/_inductor/codegen/cpp.py", abs="/x/cpp.py", line=line, function=function,
+                           calls=1, emits=emits)
+
+    failing = [call("CppKernel.reduction", emits=False), call("CppOverrides.where", emits=True),
+               call("CSEVariable.__hash__", emits=False), call("f.<locals>.<genexpr>", emits=False),
+               call("reduction_init", emits=True), call("reduction_combine", emits=True, line=9)]
+    passing = [call("CppOverrides.where", emits=True, line=5), call("CppKernel.load", emits=True)]
+    only = codegen_difference(failing, passing)
+    assert [c.function for c in only] == ["reduction_init", "reduction_combine", "CppKernel.reduction"]
+
+
+@pytest.fixture(scope="module")
+def codegen_bug_checkout(tmp_path_factory: pytest.TempPathFactory):
+    from planted_bugs import PLANTED, plant
+    from torch_checkout import build_torch_checkout
+
+    made = build_torch_checkout(tmp_path_factory.mktemp("codegen"))
+    plant(made.checkout, PLANTED["cpp_reduction_init"])
+    (made.checkout / "repro_amin.py").write_text(PLANTED["cpp_reduction_init"].repro)
+    return made
+
+
+@pytest.mark.slow
+async def test_a_code_generation_bug_is_traced_past_the_lowering(codegen_bug_checkout):
+    """The planted bug is in the C++ backend's reduction_init, not in amin's lowering: the bisection can only
+    name the lowering, and the code generation that ran only with it lowered leads to the guilty function."""
+    from pt2_bug_basher.case.config import ServerConfig
+    from pt2_bug_basher.mcp_server.server import create_server
+
+    made = codegen_bug_checkout
+    config = ServerConfig(state_dir=made.root / "state", default_repo=made.checkout, allowed_roots=(made.root,))
+    async with Client(create_server(config)) as client:
+        env = await client.call_tool("check_env", {"python": str(made.python), "repo": str(made.checkout)})
+        case_id = env.structured_content["case_id"]
+        run = await client.call_tool("run_with_logs", {"case_id": case_id, "script": "repro_amin.py", "repeat": 2})
+        assert run.structured_content["reproduced"], run.structured_content
+        result = await client.call_tool("localize", {"case_id": case_id})
+    assert not result.is_error, result.content[0].text
+    data = result.structured_content
+    bisection = data["bisection"]
+    assert data["layer"] == "Inductor" and bisection["subsystem"] == "lowerings", bisection
+    assert bisection["culprit"]["subject"] == "aten.amin.default", bisection["culprit"]
+    codegen = bisection["codegen"]
+    assert 0 < len(codegen) <= bisection["codegen_total"], bisection
+    assert all(c["file"].startswith("torch/_inductor/codegen/") for c in codegen), codegen
+    names = [c["function"] for c in codegen]
+    # masked_fill is generated in both trials (only amin falls back): its code is no suspect
+    assert not any(name.endswith(".where") for name in names), names
+    assert not any("__" in name or "<genexpr>" in name for name in names), names
+    guilty = next(c for c in codegen if c["function"] == "reduction_init")
+    assert guilty["emits"] and guilty["abs"].startswith(str(made.checkout))
+    assert (made.checkout / guilty["file"]).read_text().splitlines()[guilty["line"] - 1].startswith(
+        "def reduction_init(")
+    emits = [c["emits"] for c in codegen]
+    assert emits == sorted(emits, reverse=True), codegen  # code emitters first
+    ranked = [(s["file"], s["function"]) for s in data["suspects"]]
+    assert ranked[0] == ("torch/_inductor/lowering.py", "make_reduction.<locals>.inner"), ranked
+    assert ("torch/_inductor/codegen/cpp.py", "reduction_init") in ranked, ranked

@@ -22,6 +22,8 @@ import sys
 MARK = "PT2BB-BISECT:"
 CALLS_MARK = "PT2BB-CALLED:"
 CALLS_ENV = "PT2BB_COUNT_CALLS"
+CODEGEN_MARK = "PT2BB-CODEGEN:"
+CODEGEN_ENV = "PT2BB_TRACE_CODEGEN"
 CONFIG_MODULES = {"inductor": "torch._inductor.config", "aot_eager_decomp_partition": "torch._functorch.config"}
 
 
@@ -215,6 +217,8 @@ def install_trace() -> None:
     CompilerBisector.disable_subsystem = classmethod(traced)  # type: ignore[method-assign,assignment]
     if os.environ.get(CALLS_ENV):
         count_calls(os.environ[CALLS_ENV])
+    if os.environ.get(CODEGEN_ENV):
+        trace_codegen()
 
 
 def count_calls(spec: str) -> None:
@@ -242,6 +246,63 @@ def count_calls(spec: str) -> None:
         else:
             counts.pop(name)
     atexit.register(lambda: print(CALLS_MARK, json.dumps(counts), file=sys.stderr, flush=True))
+
+
+def _def_line(path: str, line: int) -> int:
+    """A decorated function's code starts at its first decorator: the line of its `def` instead."""
+    import linecache
+
+    if not linecache.getline(path, line).lstrip().startswith("@"):
+        return line
+    for offset in range(1, 30):
+        if linecache.getline(path, line + offset).lstrip().startswith(("def ", "async def ")):
+            return line + offset
+    return line
+
+
+def trace_codegen() -> None:
+    """Record which functions of Inductor's code generation (torch/_inductor/codegen/) run while a graph's
+    kernels are generated (inside GraphLowering.codegen only, so tracing costs little), how often, and
+    whether they returned code text; printed in first-call order at exit."""
+    import atexit
+
+    import torch._inductor.codegen
+    from torch._inductor.graph import GraphLowering
+
+    root = os.path.dirname(os.path.abspath(torch._inductor.codegen.__file__)) + os.sep
+    parent = torch_parent()
+    seen: dict[tuple[str, int, str], list] = {}
+
+    def profile(frame, event, arg):
+        code = frame.f_code
+        if not code.co_filename.startswith(root):
+            return
+        key = (code.co_filename, code.co_firstlineno, getattr(code, "co_qualname", code.co_name))
+        if event == "call":
+            entry = seen.setdefault(key, [0, False])
+            entry[0] += 1
+        elif event == "return" and isinstance(arg, str) and key in seen:
+            seen[key][1] = True
+
+    original = GraphLowering.codegen
+
+    @functools.wraps(original)
+    def traced(self, *args, **kwargs):
+        before = sys.getprofile()
+        sys.setprofile(profile)
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            sys.setprofile(before)
+
+    GraphLowering.codegen = traced  # type: ignore[method-assign]
+
+    def report() -> None:
+        rows = [{"file": os.path.relpath(path, parent), "abs": path, "line": _def_line(path, line), "function": name,
+                 "calls": calls, "emits": emits} for (path, line, name), (calls, emits) in seen.items()]
+        print(CODEGEN_MARK, json.dumps(rows), file=sys.stderr, flush=True)
+
+    atexit.register(report)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Suspects: places in torch's source that may hold the bug, most likely first.
 
 From a bisection (the function that implements the guilty lowering, decomposition or pass, then
-the helpers only it uses, found by reading its module with `ast`), from a config switch that fixes
+the helpers only it uses, found by reading its module with `ast`, then for a lowering the code
+generation that only its kernels ran), from a config switch that fixes
 the failure (the knob), and from an exception raised inside torch (the innermost torch frames that
 are not compile plumbing).
 """
@@ -54,6 +55,11 @@ def bisect_suspects(report: BisectReport) -> list[Suspect]:
                            why=f"{kind} {what}, the application the bisection isolated"))
     if culprit.sites and "<locals>" not in culprit.sites[-1].function:  # a factory's closure: its helpers are generic
         out += _helpers(culprit.sites[-1], what, culprit.helpers_called)
+    subject = culprit.subject or culprit.debug
+    for call in report.codegen:
+        out.append(Suspect(file=call.file, line=call.line, function=call.function, why=(
+            f"generates kernel code for {subject}: ran only with it lowered ({call.calls} call(s) in the failing "
+            "trial), never when it fell back to ATen" + ("; returns code text" if call.emits else ""))))
     return _unique(out)
 
 

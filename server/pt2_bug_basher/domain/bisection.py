@@ -24,6 +24,13 @@ class Application(BaseModel):
                           "them (None: not measured)")
 
 
+class CodegenCall(SourceSite):
+    """A function of Inductor's code generation that a trial ran while generating its kernels."""
+
+    calls: int
+    emits: bool = Field(description="it returned code text")
+
+
 class BisectTrial(BaseModel):
     subsystem: str
     max_enabled: int | None = Field(None, description="TORCH_BISECT_MAX: applications 0..N stay on (-1: all off)")
@@ -44,6 +51,11 @@ class BisectReport(BaseModel):
     meaning: str
     trials: list[BisectTrial] = Field(default_factory=list)
     candidates: list[Application] = Field(default_factory=list, description="budget ran out: what is left")
+    codegen: list[CodegenCall] = Field(
+        default_factory=list, description="for a lowering: code-generation functions that ran only with it lowered "
+        "(the failing trial), never with it falling back to ATen (the passing one); those returning code text "
+        "first, then in first-call order")
+    codegen_total: int = Field(0, description="how many such functions there were before the list was cut")
     budget_exhausted: bool = False
     notes: list[str] = Field(default_factory=list)
     seconds: float = 0.0

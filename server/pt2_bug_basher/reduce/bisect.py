@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -29,7 +30,7 @@ from pydantic import BaseModel
 from pt2_bug_basher.analysis.compare import RERUN_OR_ACCURACY, run_failure, same_failure
 from pt2_bug_basher.analysis.suspects import helper_candidates, module_name
 from pt2_bug_basher.case.store import CaseRecord, Store, new_id
-from pt2_bug_basher.domain.bisection import Application, BisectReport, BisectTrial, SourceSite
+from pt2_bug_basher.domain.bisection import Application, BisectReport, BisectTrial, CodegenCall, SourceSite
 from pt2_bug_basher.domain.errors import BugBasherError
 from pt2_bug_basher.execution.cpus import usable_cpus
 from pt2_bug_basher.execution.runner import run_captured
@@ -41,6 +42,11 @@ BISECT_PROBE = PROBES / "bisect_probe.py"
 TRACE_MARK = "PT2BB-BISECT:"
 CALLS_MARK = "PT2BB-CALLED:"
 CALLS_ENV = "PT2BB_COUNT_CALLS"
+CODEGEN_MARK = "PT2BB-CODEGEN:"
+CODEGEN_ENV = "PT2BB_TRACE_CODEGEN"
+MAX_CODEGEN = 8
+# Called from many places for any kernel: no evidence about one op's code.
+GENERIC_FUNCTION = re.compile(r"(^|\.)(__\w+__|<(genexpr|lambda|listcomp|dictcomp|setcomp)>)$")
 BISECTABLE_BACKENDS = ("aot_eager_decomp_partition", "inductor")
 DEFAULT_BUDGET_S = 900.0
 MAX_APPLICATIONS = 1_000_000
@@ -106,6 +112,24 @@ def parse_calls(stderr: str) -> dict[str, int] | None:
     return None
 
 
+def parse_codegen(stderr: str) -> list[CodegenCall] | None:
+    for line in reversed(stderr.splitlines()):
+        if line.startswith(CODEGEN_MARK):
+            try:
+                return [CodegenCall.model_validate(row) for row in json.loads(line[len(CODEGEN_MARK):])]
+            except ValueError:
+                return None
+    return None
+
+
+def codegen_difference(failing: list[CodegenCall], passing: list[CodegenCall]) -> list[CodegenCall]:
+    """Code-generation functions the failing trial ran and the passing one never did, generic ones left out;
+    those that returned code text first, each group in first-call order."""
+    ran = {(c.file, c.function) for c in passing}
+    only = [c for c in failing if (c.file, c.function) not in ran and not GENERIC_FUNCTION.search(c.function)]
+    return sorted(only, key=lambda c: not c.emits)
+
+
 def parse_trace(stderr: str, subsystem: str) -> list[Application]:
     seen: list[Application] = []
     for line in stderr.splitlines():
@@ -153,6 +177,7 @@ class _Trials:
         self.timeout = run_timeout(ref)
         self.forked: ForkServerEvaluator | None = None
         self.last_calls: dict[str, int] | None = None
+        self.codegen: dict[tuple[str, int | None], list[CodegenCall] | None] = {}
 
     @property
     def shared_env(self) -> dict[str, str]:
@@ -169,6 +194,8 @@ class _Trials:
         steer = {"TORCH_BISECT_BACKEND": self.backend, "TORCH_BISECT_SUBSYSTEM": sub.name, **(extra or {})}
         if max_enabled is not None:
             steer["TORCH_BISECT_MAX"] = str(max_enabled)
+        if self.backend == "inductor":
+            steer[CODEGEN_ENV] = "1"
         argv = [self.case.python, str(LAUNCHER), "--backend", self.backend, "--bisect-trace", "--",
                 str(self.script), *self.ref.args]
         label = f"bisect {self.backend}/{sub.name}" + (f" max={max_enabled}" if max_enabled is not None else "")
@@ -199,6 +226,7 @@ class _Trials:
         await self.progress(f"{label}: {outcome}")
         stderr = result.stderr_text(16 * 1024 * 1024)
         self.last_calls = parse_calls(stderr)
+        self.codegen[(sub.name, max_enabled)] = parse_codegen(stderr)
         return trial, parse_trace(stderr, sub.name)
 
     async def _tick(self, label: str, scope: anyio.CancelScope) -> None:
@@ -402,11 +430,25 @@ async def _bisect(trials: _Trials, subsystems: list[Subsystem], backend: str, no
     elif single is None and culprit is not None and culprit.sites and "<locals>" not in culprit.sites[-1].function:
         await _count_helper_calls(trials, fixer, found, culprit, notes)
     subject = (culprit.subject or culprit.debug) if culprit else None
+    codegen = _codegen_of(trials, fixer, found, notes)
     return report(subsystem=fixer.name, kind="bisect", bisect_number=found, applications=len(off_apps),
-                  culprit=culprit,
+                  culprit=culprit, codegen=codegen[:MAX_CODEGEN], codegen_total=len(codegen),
                   result=(f"BisectionResult(backend={backend!r}, subsystem={fixer.name!r}, bisect_number={found}, "
                           f"debug_info={culprit.debug if culprit else None!r})"),
                   meaning=_meaning(fixer.name, found, culprit, subject))
+
+
+def _codegen_of(trials: _Trials, sub: Subsystem, found: int, notes: list[str]) -> list[CodegenCall]:
+    """For a lowering: the code generation that ran only with it on, from the trial at the culprit (fails)
+    and the one just below it (passes), which the search already ran."""
+    if sub.name != "lowerings" or trials.backend != "inductor":
+        return []
+    failing, passing = trials.codegen.get((sub.name, found)), trials.codegen.get((sub.name, found - 1))
+    if failing is None or passing is None:
+        notes.append("no code-generation trace came from the trials at the culprit and below it, so the "
+                     "code generation that only the culprit's kernels ran is not listed.")
+        return []
+    return codegen_difference(failing, passing)
 
 
 async def _single_application(trials: _Trials, sub: Subsystem, only: Application
