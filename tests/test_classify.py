@@ -959,3 +959,16 @@ def test_fallback_reads_the_recompile_limit_warnings_function_line():
     c = classify(first)
     _assert_fallback(c, "recompile", first, "function: 'forward'", "fallback:line_shape")
     assert classify("calling function: 'forward' of the model\n").category == "unknown"
+
+
+def test_an_internal_assert_met_on_fake_tensors_is_dynamo_internal_and_other_fake_errors_are_not():
+    # scripts_tuning/di_fake_tensor_internal_assert.py: Dynamo runs vmap(jacfwd(f)) on fake tensors and
+    # functorch's dual-number unpacking breaks its own invariant
+    text = TUNING_BY_ID["tu-local-di_fake_tensor_internal_assert"]["text"]
+    c = classify(text)
+    assert c.category == "dynamo_internal", c
+    assert any(e.rule == "exception:internal_assert_in_fake_run" for e in c.evidence)
+    # the same exception with the user's own shape error inside stays undecided by text alone
+    cut = text.replace("INTERNAL ASSERT FAILED at", "shape mismatch at").replace("please report a bug to PyTorch",
+                                                                                 "check your inputs")
+    assert classify(cut).category == "unknown"

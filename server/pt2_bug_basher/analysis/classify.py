@@ -288,6 +288,8 @@ _GENERIC_TYPES = {"RuntimeError", "AssertionError", "IndexError", "KeyError", "T
                   "StopIteration", "RecursionError", "SystemError", "OverflowError", "LookupError",
                   "ImportError", "ModuleNotFoundError", "OSError", "Exception"}
 
+# PyTorch's own invariant broken (TORCH_INTERNAL_ASSERT), met while Dynamo ran an op on fake tensors
+_INTERNAL_ASSERT_MSG = re.compile(r"INTERNAL ASSERT FAILED|please report a bug to PyTorch")
 _RECOMPILE_MSG = re.compile(r"recompile[_ ]limit|cache_size_limit|[Rr]ecompil\w+ limit")
 _NOT_CLOSE_MSG = re.compile(r"are not (?:close|equal)!|Mismatched elements")
 _CUDA_MSG = re.compile(r"CUDA error|device-side assert|illegal memory access|misaligned address|"
@@ -472,6 +474,8 @@ def _structural(p: ParsedFailure, hits: list[_Hit], text: str = "") -> dict:
             if cat == "backend_compiler_failed":
                 add("backend_compiler_failed", 3.0, rule, fe.line_no, fe.line)
             cat, weight, rule = "triton", 6.0, "exception:triton"
+        if cat == "unknown" and final_short == "TorchRuntimeError" and _INTERNAL_ASSERT_MSG.search(msg):
+            cat, weight, rule = "dynamo_internal", 5.0, "exception:internal_assert_in_fake_run"
         if cat == "graph_break" and _RECOMPILE_MSG.search(msg):
             cat, weight, rule = "recompile", 6.0, "exception:recompile_limit"
         if cat is None and final_short in ("AssertionError", "Exception") and _NOT_CLOSE_MSG.search(msg):
