@@ -34,7 +34,8 @@ def register(mcp: MCPServer, state: AppState) -> None:
         wrong result), one more run with TORCH_LOGS=guards,recompiles says what Dynamo compiled,
         whether later calls recompiled and what each input was guarded on. Returns the table, the
         layer (Dynamo, AOTAutograd, decompositions, Inductor, dynamic shapes), the bisection or the
-        guard summary, suspects as file:line in torch's source (most likely first), how failures were
+        guard summary, suspects as file:line in torch's source (most likely first; for a lowering,
+        also the code generation that ran only when that op was lowered), how failures were
         compared, and the minify call that fits."""
         return await localize_step.localize(state, case_id, script, bisect_budget_s=bisect_budget_s,
                                             progress=progress_reporter(ctx))
