@@ -12,7 +12,12 @@ import torch
 from conftest import EXAMPLES
 from mcp import Client
 
-from pt2_bug_basher.analysis.suspects import bisect_suspects, exception_suspects, helper_candidates
+from pt2_bug_basher.analysis.suspects import (
+    bisect_suspects,
+    codegen_summary,
+    exception_suspects,
+    helper_candidates,
+)
 from pt2_bug_basher.domain.bisection import Application, BisectReport, SourceSite
 
 pytestmark = pytest.mark.anyio
@@ -91,6 +96,13 @@ def test_codegen_only_the_culprit_ran_is_kept_with_code_emitters_first():
     passing = [call("CppOverrides.where", emits=True, line=5), call("CppKernel.load", emits=True)]
     only = codegen_difference(failing, passing)
     assert [c.function for c in only] == ["reduction_init", "reduction_combine", "CppKernel.reduction"]
+    report = BisectReport(backend="inductor", subsystem="lowerings", kind="bisect", bisect_number=2, applications=3,
+                          culprit=Application(counter=2, debug="amin", subject="aten.amin.default"), codegen=only,
+                          result="", meaning="")
+    summary = codegen_summary(report)
+    assert "aten.amin.default" in summary
+    assert all(f"{c.function} ({c.file}:{c.line})" in summary for c in only), summary
+    assert codegen_summary(report.model_copy(update={"codegen": []})) == ""
 
 
 @pytest.fixture(scope="module")
@@ -132,6 +144,7 @@ async def test_a_code_generation_bug_is_traced_past_the_lowering(codegen_bug_che
     assert not any(name.endswith(".where") for name in names), names
     assert not any("__" in name or "<genexpr>" in name for name in names), names
     guilty = next(c for c in codegen if c["function"] == "reduction_init")
+    assert "reduction_init (torch/_inductor/codegen/cpp.py:" in data["meaning"], data["meaning"]
     assert guilty["emits"] and guilty["abs"].startswith(str(made.checkout))
     assert (made.checkout / guilty["file"]).read_text().splitlines()[guilty["line"] - 1].startswith(
         "def reduction_init(")

@@ -63,6 +63,16 @@ def bisect_suspects(report: BisectReport) -> list[Suspect]:
     return _unique(out)
 
 
+def codegen_summary(report: BisectReport) -> str:
+    """A sentence naming every code-generation suspect, so a reader of `meaning` alone sees them too."""
+    if not report.codegen:
+        return ""
+    subject = (report.culprit.subject or report.culprit.debug) if report.culprit else "the culprit"
+    named = ", ".join(f"{c.function} ({c.file}:{c.line})" for c in report.codegen)
+    return (f" The bug may be in the code generated for {subject} rather than in its lowering: these ran only "
+            f"with it lowered: {named}.")
+
+
 def helper_candidates(site: SourceSite) -> list[str]:
     """Module-level functions of site's module that its function refers to and few others use."""
     found = _module_helpers(site)

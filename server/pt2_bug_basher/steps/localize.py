@@ -8,7 +8,7 @@ from pathlib import Path
 import anyio
 from anyio.abc import TaskGroup
 
-from pt2_bug_basher.analysis.suspects import bisect_suspects, exception_suspects
+from pt2_bug_basher.analysis.suspects import bisect_suspects, codegen_summary, exception_suspects
 from pt2_bug_basher.case.pages import read_tail
 from pt2_bug_basher.case.scripts import copy_note
 from pt2_bug_basher.case.state import AppState
@@ -114,6 +114,8 @@ async def localize(
     if result.suspects:
         top = result.suspects[0]
         result.meaning += f" First suspect: {top.function} at {top.file}:{top.line} ({top.why})."
+        if result.bisection is not None:
+            result.meaning += codegen_summary(result.bisection)
     if note := copy_note(chosen):
         result.notes.append(note)
     record = state.store.localization(case_id)
