@@ -765,6 +765,14 @@ def _cut_before(text: str, needle: str) -> str:
     return text[:text.rfind("\n", 0, at)]
 
 
+def _cut_through(text: str, needle: str) -> str:
+    """`text` up to and including the first line that contains `needle`."""
+    lines = text.split("\n")
+    end = next((i for i, line in enumerate(lines) if needle in line), None)
+    assert end is not None, needle
+    return "\n".join(lines[:end + 1])
+
+
 def _assert_fallback(c: Classification, category: str, text: str, needle: str, rule: str) -> None:
     assert c.category == category, (c.category, [e.rule for e in c.evidence])
     assert 0.05 <= c.confidence <= fallback.MAX_CONFIDENCE
@@ -814,10 +822,7 @@ def test_fallback_traceback_cut_in_the_comparison_of_results_is_accuracy():
 
 def test_fallback_traceback_cut_where_dynamo_hands_the_graph_to_the_backend_is_backend():
     # pytorch/pytorch (tu3-bcf-03): rank-prefixed frames that end in compile_and_call_fx_graph
-    d = TUNING_BY_ID["tu3-bcf-03"]
-    lines = d["text"].split("\n")
-    end = next(i for i, ln in enumerate(lines) if "in compile_and_call_fx_graph" in ln)
-    cut = "\n".join(lines[:end + 1])
+    cut = _cut_through(TUNING_BY_ID["tu3-bcf-03"]["text"], "in compile_and_call_fx_graph")
     c = classify(cut)
     _assert_fallback(c, "backend_compiler_failed", cut, "in compile_and_call_fx_graph",
                      "fallback:innermost_frame:compile")
@@ -903,18 +908,13 @@ def test_fallback_does_not_guess_at_an_exception_no_rule_knows():
 def test_traceback_cut_where_the_tracer_returns_is_backend():
     # pytorch/pytorch (tu3-bcf-02): JupyterLab frames cut in RETURN_VALUE / _return: tracing is done
     # and the graph goes to the backend next
-    d = TUNING_BY_ID["tu3-bcf-02"]
-    lines = d["text"].split("\n")
-    end = next(i for i, ln in enumerate(lines) if "_return(inst)" in ln)
-    assert classify("\n".join(lines[:end + 1])).category == "backend_compiler_failed"
+    assert classify(_cut_through(TUNING_BY_ID["tu3-bcf-02"]["text"], "_return(inst)")).category == (
+        "backend_compiler_failed")
 
 
 def test_a_frame_precompiling_a_kernel_is_triton():
     # pytorch/torchdynamo (tr-005): cut in codecache._load_kernel whose line is `kernel.precompile()`
-    d = BY_ID["tr-005"]
-    lines = d["text"].split("\n")
-    end = next(i for i, ln in enumerate(lines) if "kernel.precompile()" in ln)
-    assert classify("\n".join(lines[:end + 1])).category == "triton"
+    assert classify(_cut_through(BY_ID["tr-005"]["text"], "kernel.precompile()")).category == "triton"
 
 
 def test_a_test_file_named_after_inductor_is_not_generated_code():
@@ -946,10 +946,7 @@ def test_fallback_frames_of_the_triton_launcher_and_of_dynamo_export():
     inner = Frame(file="/opt/conda/lib/python3.10/site-packages/torch/_dynamo/eval_frame.py", line=1382,
                   function="export.<locals>.inner", in_torch=True)
     assert _fallback_frame_kind(inner) == "export"
-    d = TUNING_BY_ID["tu-tr-01"]
-    lines = d["text"].split("\n")
-    end = next(i for i, ln in enumerate(lines) if "in launcher" in ln)
-    assert classify("\n".join(lines[:end + 1])).category == "triton"
+    assert classify(_cut_through(TUNING_BY_ID["tu-tr-01"]["text"], "in launcher")).category == "triton"
 
 
 def test_fallback_reads_the_recompile_limit_warnings_function_line():
