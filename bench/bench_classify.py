@@ -8,8 +8,10 @@ as one regex `re.search`ed over the whole text; the category with the largest su
 (no traceback parsing, no tail window, no per-line patterns). Prints ms/call and ratio = ours / naive, then per-category
 precision / recall / F1 on each corpus for both: the development corpora (public, local,
 local_gpu, tuning) and the held-out one (heldout.jsonl, never tuned on: its first two batches,
-its third, fourth, fifth, sixth and seventh batches and all of it) separately. A class that is
-predicted but never a label still gets a row (its precision; recall is undefined there and printed as nan).
+each later batch by its id prefix, the excerpts that hold the decisive line and those that do not
+(`hard_case`), and all of it) separately, with how often ours answers (not `unknown`) and how often
+an answer is right. A class that is predicted but never a label still gets a row (its precision;
+recall is undefined there and printed as nan).
 
     python bench/bench_classify.py [--calls 30] [--accuracy-only]
 """
@@ -107,6 +109,11 @@ def time_calls(fn, n: int) -> tuple[list[float], list[float]]:
     return wall, cpu
 
 
+def _batch(d: dict) -> str:
+    """A held-out sample's batch: the prefix of its id (`ho7-gb-01` -> `ho7`)."""
+    return d["id"].split("-", 1)[0]
+
+
 def is_right(d: dict, category: str) -> bool:
     accepted = {d["label"], *d.get("also", [])}
     return category in accepted or ("other" in accepted and category not in SEVEN)
@@ -127,7 +134,10 @@ def table(name: str, samples: list[dict], preds_ours: list[str], preds_naive: li
 
     acc_o = sum(is_right(d, p) for d, p in zip(samples, preds_ours, strict=True)) / len(samples)
     acc_n = sum(is_right(d, p) for d, p in zip(samples, preds_naive, strict=True)) / len(samples)
-    print(f"\n{name}: {len(samples)} samples   accuracy ours {acc_o:.3f}   naive {acc_n:.3f}")
+    answered = [(d, p) for d, p in zip(samples, preds_ours, strict=True) if p != "unknown"]
+    precision = sum(is_right(d, p) for d, p in answered) / len(answered) if answered else float("nan")
+    print(f"\n{name}: {len(samples)} samples   accuracy ours {acc_o:.3f}   naive {acc_n:.3f}   "
+          f"ours answered {len(answered)}/{len(samples)}, right when answering {precision:.3f}")
     print(f"  {'label':<24} {'n':>3}   {'P':>5} {'R':>5} {'F1':>5}   | naive {'P':>5} {'R':>5} {'F1':>5}")
     # every labelled class, and every class predicted without being a label (its precision counts too)
     classes = {d["label"] for d in samples} | {pred_class(p) for p in preds_ours + preds_naive}
@@ -190,13 +200,12 @@ def main() -> int:
         time_big_logs(args.calls, local)
     corpora = (("public", public), ("local", local), ("local_gpu", local_gpu), ("tuning", tuning),
                ("tuning, all (public + local + local_gpu + tuning)", public + local + local_gpu + tuning),
-               ("heldout, first two batches (ho-, ho2-)",
-                [d for d in heldout if not d["id"].startswith(("ho3-", "ho4-", "ho5-", "ho6-", "ho7-"))]),
-               ("heldout, third batch (ho3-)", [d for d in heldout if d["id"].startswith("ho3-")]),
-               ("heldout, fourth batch (ho4-)", [d for d in heldout if d["id"].startswith("ho4-")]),
-               ("heldout, fifth batch (ho5-)", [d for d in heldout if d["id"].startswith("ho5-")]),
-               ("heldout, sixth batch (ho6-)", [d for d in heldout if d["id"].startswith("ho6-")]),
-               ("heldout, seventh batch (ho7-)", [d for d in heldout if d["id"].startswith("ho7-")]),
+               ("heldout, first two batches (ho-, ho2-)", [d for d in heldout if _batch(d) in ("ho", "ho2")]),
+               *((f"heldout, batch {prefix}-", [d for d in heldout if _batch(d) == prefix])
+                 for prefix in sorted({_batch(d) for d in heldout} - {"ho", "ho2"}, key=lambda p: int(p[2:]))),
+               ("heldout with the decisive line (hard_case false)", [d for d in heldout if not d["hard_case"]]),
+               ("heldout without it (hard_case true: cut before the exception line, or misleading)",
+                [d for d in heldout if d["hard_case"]]),
                ("heldout, all (never tuned on)", heldout))
     for name, samples in corpora:
         ours = [classify(d["text"], d.get("exit_code"), d.get("signal_name")).category for d in samples]
