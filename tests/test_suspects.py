@@ -81,23 +81,21 @@ def test_a_bisected_lowering_ranks_the_helpers_the_failing_run_called():
     assert "called it 3 time(s)" in suspects[1].why and "used by no other function" in suspects[1].why
 
 
-def test_codegen_only_the_culprit_ran_is_kept_emitters_and_specific_ones_first():
+def test_codegen_only_the_culprit_ran_is_kept_with_code_emitters_first():
     """The difference of two traces: what both trials ran, and generic helpers, are no evidence."""
     from pt2_bug_basher.domain.bisection import CodegenCall
     from pt2_bug_basher.reduce.bisect import codegen_difference
 
-    def call(function: str, *, emits: bool, line: int = 1, calls: int = 1) -> CodegenCall:
+    def call(function: str, *, emits: bool, line: int = 1) -> CodegenCall:
         return CodegenCall(file="torch/_inductor/codegen/cpp.py", abs="/x/cpp.py", line=line, function=function,
-                           calls=calls, emits=emits)
+                           calls=1, emits=emits)
 
     failing = [call("CppKernel.reduction", emits=False), call("CppOverrides.where", emits=True),
-               call("CppPrinter.parenthesize", emits=True, calls=16),
                call("CSEVariable.__hash__", emits=False), call("f.<locals>.<genexpr>", emits=False),
                call("reduction_init", emits=True), call("reduction_combine", emits=True, line=9)]
     passing = [call("CppOverrides.where", emits=True, line=5), call("CppKernel.load", emits=True)]
     only = codegen_difference(failing, passing)
-    assert [c.function for c in only] == ["reduction_init", "reduction_combine", "CppPrinter.parenthesize",
-                                          "CppKernel.reduction"]
+    assert [c.function for c in only] == ["reduction_init", "reduction_combine", "CppKernel.reduction"]
     report = BisectReport(backend="inductor", subsystem="lowerings", kind="bisect", bisect_number=2, applications=3,
                           culprit=Application(counter=2, debug="amin", subject="aten.amin.default"), codegen=only,
                           result="", meaning="")

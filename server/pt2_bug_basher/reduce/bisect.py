@@ -124,11 +124,10 @@ def parse_codegen(stderr: str) -> list[CodegenCall] | None:
 
 def codegen_difference(failing: list[CodegenCall], passing: list[CodegenCall]) -> list[CodegenCall]:
     """Code-generation functions the failing trial ran and the passing one never did, generic ones left out;
-    those that returned code text first, then the most specific (fewest calls: a shared printer helper runs
-    for every expression), ties in first-call order."""
+    those that returned code text first, each group in first-call order."""
     ran = {(c.file, c.function) for c in passing}
     only = [c for c in failing if (c.file, c.function) not in ran and not GENERIC_FUNCTION.search(c.function)]
-    return sorted(only, key=lambda c: (not c.emits, c.calls))
+    return sorted(only, key=lambda c: not c.emits)
 
 
 def parse_trace(stderr: str, subsystem: str) -> list[Application]:
