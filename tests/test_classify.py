@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from pt2_bug_basher.analysis import fallback
 from pt2_bug_basher.analysis.classify import CATEGORIES, Classification, _fallback_frame_kind, classify
-from pt2_bug_basher.analysis.failure import Frame
+from pt2_bug_basher.analysis.failure import Frame, parse, strip_prefix
 
 SEVEN = {"graph_break", "backend_compiler_failed", "recompile", "accuracy", "dynamo_internal",
          "runtime_crash", "triton"}
@@ -794,10 +794,13 @@ def test_fallback_is_never_as_sure_as_a_lone_weak_rule():
 def test_fallback_reads_words_of_a_prefixed_log_the_parser_does_not_know():
     # pytorch/pytorch#111636: `[default0]:RuntimeError: Cannot call sizes() on tensor with symbolic
     # sizes/strides` (an elastic-launch prefix no parser strips): the words say dynamic shapes, and
-    # `sizes/strides` is a phrase, not a file path
+    # `sizes/strides` is a phrase, not a file path. Since the eighth round a line rule places it first.
     d = TUNING_BY_ID["tu6-ds-03"]
     c = classify(d["text"])
-    _assert_fallback(c, "dynamic_shapes", d["text"], "symbolic sizes/strides", "fallback:words")
+    assert c.category == "dynamic_shapes" and c.evidence[0].rule == "symbolic_sizes_call"
+    g = fallback.guess(d["text"], _fallback_frame_kind)
+    assert g is not None and g.category == "dynamic_shapes"
+    assert any("symbolic sizes/strides" in line and rule == "fallback:words" for _, line, rule in g.evidence)
 
 
 def test_fallback_reads_printed_eager_and_compiled_results_as_accuracy():
@@ -969,3 +972,36 @@ def test_an_internal_assert_met_on_fake_tensors_is_dynamo_internal_and_other_fak
     cut = text.replace("INTERNAL ASSERT FAILED at", "shape mismatch at").replace("please report a bug to PyTorch",
                                                                                  "check your inputs")
     assert classify(cut).category == "unknown"
+
+
+# --------------------------------------------------------------------------------------------
+# Eighth round (tu8-*): symbolic sizes met in a fake run, cudagraph outputs overwritten, assert_close's
+# metadata check, explain()'s summary, the graph-break logger's name, GitHub Actions timestamps
+
+@pytest.mark.parametrize(("sample_id", "category", "rule"), [
+    ("tu8-ds-01", "dynamic_shapes", "exception:fake_run_with_symbolic_sizes"),
+    ("tu8-ds-02", "dynamic_shapes", "exception:symbolic_value"),
+    ("tu8-rt-02", "runtime_crash", "cudagraph_output_overwritten"),
+    ("tu8-acc-03", "accuracy", "attribute_mismatch"),
+    ("tu8-gb-03", "graph_break", "explain_graph_break_count"),
+    ("tu8-gb-02", "graph_break", "graph_breaks_log_tag"),
+    ("tu8-di-03", "dynamo_internal", "torchdynamo_error_from_offset"),
+])
+def test_eighth_round_classes(sample_id: str, category: str, rule: str) -> None:
+    c = classify(TUNING_BY_ID[sample_id]["text"])
+    assert c.category == category and rule in {e.rule for e in c.evidence}, (c.category, c.evidence)
+
+
+def test_a_fake_run_header_without_symbolic_sizes_stays_unknown() -> None:
+    header = ("torch._dynamo.exc.TorchRuntimeError: Failed running call_function <built-in method quantile>"
+              "(*(FakeTensor(..., size=(8,)), FakeTensor(..., size=(3,))), **{}):")
+    assert classify(header).category == "unknown"
+    assert classify(header.replace("size=(8,)", "size=(s0,)")).category == "dynamic_shapes"
+    no_break = classify("Graph Break Count: 0\nGraph Count: 1\n")
+    assert "explain_graph_break_count" not in {e.rule for e in no_break.evidence}
+
+
+def test_github_actions_timestamps_keep_the_indent_of_a_traceback() -> None:
+    text = TUNING_BY_ID["tu8-ds-02"]["text"]
+    assert strip_prefix("2023-08-22T00:39:23.2882332Z     return f(x)") == "    return f(x)"
+    assert parse(text).final_exc.type == "RuntimeError"

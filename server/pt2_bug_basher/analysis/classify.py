@@ -120,7 +120,9 @@ RULES: tuple[Rule, ...] = (
         "Dynamo purposely graph breaks")),
     _r("graph_break_site", "graph_break", 1.0, "compile-graph-break-site"),
     _r("graph_break_count", "graph_break", 2.0, ("graph_break_count", "Break reasons")),
-    _r("graph_breaks_log_tag", "graph_break", 2.0, "[__graph_breaks]"),
+    # dynamo.explain()'s printed summary: `Graph Break Count: 1`, then `Break Reasons:`
+    _r("explain_graph_break_count", "graph_break", 3.0, "Graph Break Count:", r"Graph Break Count: [1-9]"),
+    _r("graph_breaks_log_tag", "graph_break", 2.0, ("[__graph_breaks]", ".__graph_breaks: [")),
     _r("explain_break_reason", "graph_break", 2.5, "user_stack=[<FrameSummary",
        r"reason='[^\n]{0,1000}?', user_stack=\[<FrameSummary"),
     _r("graph_break_mention", "graph_break", 1.0, ("raph break", "raph-break", "RAPH BREAK"),
@@ -155,6 +157,9 @@ RULES: tuple[Rule, ...] = (
     _r("tensors_not_close", "accuracy", 3.5, ("Tensor-likes are not close", "Scalars are not close",
                                              "Tensor-likes are not equal", "Scalars are not equal")),
     _r("mismatched_elements", "accuracy", 3.0, "Mismatched elements:"),
+    # assert_close comparing metadata first: `The values for attribute 'shape' do not match: ...`
+    _r("attribute_mismatch", "accuracy", 3.0, "do not match",
+       r"The values for attribute '\w+' do not match"),
     _r("greatest_difference", "accuracy", 1.5, "Greatest absolute difference"),
     _r("allclose_false", "accuracy", 3.0, "allclose", r"allclose\b.{0,200}?(?:[:=]|->|\bis|\breturned)\s*False\b"),
     _r("rmse", "accuracy", 2.5, "RMSE", r"RMSE \(res-fp64\)"),
@@ -186,6 +191,9 @@ RULES: tuple[Rule, ...] = (
        r"(?i)max(?:imum)?[ _]abs(?:olute)?[ _](?:diff|error|err)"),
     # dynamo internal
     _r("internal_dynamo_error", "dynamo_internal", 4.0, "InternalTorchDynamoError"),
+    # the first torchdynamo's report of an error while it transformed a frame's bytecode
+    _r("torchdynamo_error_from_offset", "dynamo_internal", 2.5, "ERROR FROM offset=",
+       r"^ERROR FROM offset=\d+ filename \S+ \d+ \w+"),
     # runtime crashes
     _r("segfault", "runtime_crash", 3.5, ("Segmentation fault", "SIGSEGV", "segmentation fault")),
     _r("fatal_signal", "runtime_crash", 3.5, ("SIGABRT", "SIGBUS", "SIGILL", "SIGFPE", "Fatal Python error",
@@ -197,6 +205,8 @@ RULES: tuple[Rule, ...] = (
        ("illegal memory access", "device-side assert", "misaligned address", "unspecified launch failure",
         "cudaErrorIllegalAddress", "cudaErrorAssert", "CUBLAS_STATUS_", "CUDNN_STATUS_", "HIP error")),
     _r("cuda_error_generic", "runtime_crash", 2.5, "CUDA error:"),
+    # cudagraph trees: a later replay overwrote an output the program still reads
+    _r("cudagraph_output_overwritten", "runtime_crash", 3.5, "output of CUDAGraphs that has been overwritten"),
     _r("cuda_kernel_assert", "runtime_crash", 3.0, "Assertion `", r"Assertion `[^`]{0,400}` failed"),
     _r("index_out_of_bounds", "runtime_crash", 1.0, "index out of bounds"),
     # triton
@@ -241,6 +251,9 @@ RULES: tuple[Rule, ...] = (
     _r("symbolic_shapes_log", "dynamic_shapes", 1.0, ("create_symbol ", "[guard added]", "set_replacement "),
        r"symbolic_shapes(?:\.py:\d+\]|: \[\w+\])"),
     _r("dynamic_logs_hint", "dynamic_shapes", 1.0, 'TORCH_LOGS="+dynamic"'),
+    # an op that needs concrete sizes met a symbolic one
+    _r("symbolic_sizes_call", "dynamic_shapes", 3.0, "on tensor with symbolic sizes",
+       r"Cannot call \w+\(\) on tensor with symbolic sizes"),
     _r("export_call_failed", "export", 3.0, ("occurred when calling torch.export", "draft_export")),
     _r("during_export", "export", 2.0, ("during export", "Dynamic control flow is not supported",
                                         "Mutating module attribute")),
@@ -301,6 +314,9 @@ _DATA_DEP_MSG = re.compile(r"data-dependent|GuardOnDataDependent|unbacked", re.I
 # a generic error whose message names Inductor's own code generation (an assertion inside Inductor)
 _INDUCTOR_MSG = re.compile(r"\b(?:Triton|Cpp|SIMD|Halide)Kernel\b|\bconfig\.(?:triton|cpp)\.\w|\btorch\._inductor\.\w")
 _SYMBOLIC_MSG = re.compile(r"\bSym(?:Int|Float|Bool)\b|symbolic (?:sizes|strides|shapes?)\b")
+# a fake-tensor run's header alone (`Failed running call_function f(*(FakeTensor(..., size=(s0,)),), **{}):`)
+# whose arguments carry symbolic sizes
+_FAKE_RUN_HEADER_ONLY = re.compile(r"Failed running call_\w+ .*size=\([^)]*\b[su]\d+.*\):$")
 _STANCE_MSG = re.compile(r"Detected recompile when torch\.compile stance is")
 _COMPARE_CODE = re.compile(r"allclose|assert_close|assert_equal|\bequal\(|isclose|\b(?:eager|compiled?|opt|ref|"
                            r"expected|actual)\w*\b.{0,80}(?:==|!=|<|>|-)|(?:==|!=|<|>|-).{0,80}\b(?:eager|compiled?|"
@@ -476,6 +492,11 @@ def _structural(p: ParsedFailure, hits: list[_Hit], text: str = "") -> dict:
             cat, weight, rule = "triton", 6.0, "exception:triton"
         if cat == "unknown" and final_short == "TorchRuntimeError" and _INTERNAL_ASSERT_MSG.search(msg):
             cat, weight, rule = "dynamo_internal", 5.0, "exception:internal_assert_in_fake_run"
+        elif cat == "unknown" and final_short == "TorchRuntimeError" and _SYMBOLIC_MSG.search(msg):
+            cat, weight, rule = "dynamic_shapes", 7.0, "exception:symbolic_in_fake_run"
+        elif cat == "unknown" and final_short == "TorchRuntimeError" and _FAKE_RUN_HEADER_ONLY.match(msg.strip()):
+            # the reason is cut off: only the op and its fake arguments are left, and their sizes are symbolic
+            cat, weight, rule = "dynamic_shapes", 6.5, "exception:fake_run_with_symbolic_sizes"
         if cat == "graph_break" and _RECOMPILE_MSG.search(msg):
             cat, weight, rule = "recompile", 6.0, "exception:recompile_limit"
         if cat is None and final_short in ("AssertionError", "Exception") and _NOT_CLOSE_MSG.search(msg):

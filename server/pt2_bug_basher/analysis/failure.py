@@ -66,7 +66,7 @@ _LOG_PREFIX = re.compile(
     r"|[VIWEDF]\d{4} [\d:.]+ +\d+ [^\s\]]+:\d+\] (?:\[[\d/_]+\] )?(?:\[__\w+\] )?"  # glog / TORCH_LOGS
     r"|\[[\d-]+ [\d:,.]+\] [\w.]+: \[\w+\] "  # python logging with torch's default format
     r"|E {3}"  # pytest failure lines ("E   " + the original line)
-    r"|\d{4}-\d\d-\d\d[T ][\d:.,]+Z? +(?:\[rank\d+\]:\s?)?"  # timestamped container logs
+    r"|\d{4}-\d\d-\d\d[T ][\d:.,]+(?:Z | +)(?:\[rank\d+\]:\s?)?"  # timestamped container logs
     r")"
 )
 # A Python traceback frame: `  File "x.py", line 3, in f` (faulthandler prints `line 3 in f`; `in` may be
