@@ -163,7 +163,12 @@ def _first_suspect(state: AppState, case_id: str) -> str | None:
     top = record.suspects[0]
     where = f"{top.file}:{top.line}" if top.line else top.file
     why = top.why if len(top.why) <= 200 else top.why[:199] + "\u2026"
-    return f"localize's first suspect is {top.function} at {where} ({why})"
+    text = f"localize's first suspect is {top.function} at {where} ({why})"
+    codegen = [s.function for s in record.suspects[1:] if "/codegen/" in s.file]
+    if codegen:
+        text += (f"; the code generation that ran only with that op lowered ({', '.join(codegen[:8])}) writes the "
+                 "kernel's text, so match the bad line to the one that prints it")
+    return text
 
 
 # What to read, in order, when no graph reached Inductor: what Dynamo wrote, then the rest.
@@ -206,8 +211,7 @@ def _accuracy_next_step(result: CollectArtifactsResult, failure: FailureLocation
             f"line {first.line or first.call_line} (excerpts in failure.output_kernels){beside}, and check each "
             "line of the kernel against what its ops compute in eager. ")
     if failure.localized == "Inductor" and suspect:
-        text += (f"localize found only backend='inductor' wrong, and {suspect}: check how it makes the bad line "
-                 "before looking at lowerings or codegen. ")
+        text += f"localize found only backend='inductor' wrong, and {suspect}. "
     elif failure.localized == "Inductor":
         text += "localize found only backend='inductor' wrong: find the lowering or codegen that emits the bad line. "
     elif failure.localized:
