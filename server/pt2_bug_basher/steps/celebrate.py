@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import re
 import secrets
+from pathlib import Path
 
 import anyio
+import git
 from pydantic import BaseModel, Field
 
 from pt2_bug_basher.analysis.failure_text import summarise_failure
@@ -25,6 +27,7 @@ from pt2_bug_basher.domain.evidence import (
     VerifyEvidence,
 )
 from pt2_bug_basher.domain.names import Step, ToolName
+from pt2_bug_basher.execution.gitstate import open_repo
 
 ROTATION_KEY = "celebrations:recent"
 FALLBACK = "Bug fixed, test green, review clean. Well done."
@@ -85,6 +88,10 @@ async def celebrate(state: AppState, case_id: str, root_cause: str, fix_summary:
     warnings = [f for f in review_data.findings if f.severity == "warning"]
     on_tree = [f.text for f in warnings if f.kind in WORKTREE_KINDS or (f.file and f.file in untracked)]
     on_change = [f.text for f in warnings if f.text not in on_tree]
+    uncommitted = await anyio.to_thread.run_sync(lambda: _uncommitted(Path(flow.case.repo)))
+    if uncommitted:
+        on_tree.insert(0, f"not committed: {', '.join(uncommitted[:10])} differ from HEAD, so the branch does not "
+                          "hold the change the evidence was gathered on; commit them")
     failure = summarise_failure(test_data.message, test_data.exception_type) if test_data else None
     registered = _node_id(test_data) if test_data else "(waived)"
     added = [registered] if test_data else []
@@ -111,10 +118,22 @@ async def celebrate(state: AppState, case_id: str, root_cause: str, fix_summary:
     main_ref = main_check.payload(MainCheckEvidence).ref if main_check else "main"
     tidy = (f"Before opening the PR, tidy the working tree (worktree_warnings): {', '.join(sorted(untracked))} "
             "is untracked; commit what belongs to the fix and delete the rest. " if untracked else "")
+    if uncommitted:
+        tidy += f"Commit {', '.join(uncommitted[:10])}: the branch's HEAD does not hold them yet. "
     result.next_step = (f"Done. Share the celebration and the summary with the user; the summary doubles as the PR "
                         f"description. {tidy}Remove the worktree when you no longer need it: "
                         f'make_worktree(case_id="{case_id}", action="remove", ref="{main_ref}")')
     return result
+
+
+def _uncommitted(repo_dir: Path) -> list[str]:
+    """Tracked files whose working-tree or staged content differs from HEAD."""
+    repo = open_repo(repo_dir)
+    try:
+        changed = repo.index.diff("HEAD") + repo.index.diff(None)
+    except (git.GitCommandError, ValueError):  # no HEAD yet
+        return []
+    return sorted({d.b_path or d.a_path for d in changed if d.b_path or d.a_path})
 
 
 def case_facts(flow: Workflow, review: ReviewEvidence) -> dict[str, set[str]]:
