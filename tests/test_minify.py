@@ -221,6 +221,9 @@ def test_minimality_is_judged_from_the_source():
         torch.compile(M().eval())(torch.ones(2))
         """: 2,
         "def f(x):\n    return torch.pow(x, 3) + x.sum()\ntorch.compile(f)(torch.ones(2))": 3,
+        # float("inf") is a number, not an op: masked_fill and amin are the two
+        "def f(x, m):\n    return x.masked_fill(m, float('inf')).amin(dim=1)\ntorch.compile(f)(x, m)": 2,
+        "def f(x):\n    return x * float(x.shape[0])\ntorch.compile(f)(torch.ones(2))": 3,
     }
     for source, ops in forms.items():
         judged = judge("import torch\n" + textwrap.dedent(source))

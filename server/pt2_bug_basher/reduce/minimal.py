@@ -102,6 +102,15 @@ def _constant(node: ast.expr) -> bool:
     return isinstance(node, ast.Constant) or (isinstance(node, ast.UnaryOp) and isinstance(node.operand, ast.Constant))
 
 
+# `float("inf")`, `int(3)`: a Python number written as a call, not an op of the compiled code
+_NUMBER_TYPES = {"float", "int", "bool", "complex"}
+
+
+def _number_literal(node: ast.Call) -> bool:
+    return (isinstance(node.func, ast.Name) and node.func.id in _NUMBER_TYPES and not node.keywords
+            and all(_constant(a) for a in node.args))
+
+
 class _Script:
     def __init__(self, tree: ast.Module) -> None:
         self.tree = tree
@@ -183,6 +192,8 @@ class _Script:
         count = 0
         for stmt in statements:
             for node in ast.walk(stmt):
+                if isinstance(node, ast.Call) and _number_literal(node):
+                    continue
                 if isinstance(node, ast.Call):
                     callee = self._own(node.func, methods)
                     recurse = callee is not None and id(callee) not in seen
