@@ -6,7 +6,7 @@ from pathlib import Path
 
 from torch_checkout import git, git_init
 
-from pt2_bug_basher.execution.gitstate import tree_hash
+from pt2_bug_basher.execution.gitstate import tree_hash, uncommitted_files
 
 
 def objects(repo: Path) -> set[str]:
@@ -43,3 +43,20 @@ def test_content_decides_commits_do_not(tmp_path: Path):
     assert tree_hash(repo) == with_test
     (repo / "ops.py").write_text("def double(x):\n    return x * 2\n")  # reverting is a change again
     assert tree_hash(repo) != with_test
+
+
+def test_uncommitted_files_are_staged_or_edited_tracked_files(tmp_path: Path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git_init(repo)
+    (repo / "ops.py").write_text("x = 1\n")
+    assert uncommitted_files(repo) == []  # no HEAD yet
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "start")
+    (repo / "ops.py").write_text("x = 2\n")
+    (repo / "new.py").write_text("y = 1\n")
+    assert uncommitted_files(repo) == ["ops.py"]  # untracked files are the review's business
+    git(repo, "add", "new.py")
+    assert uncommitted_files(repo) == ["new.py", "ops.py"]
+    git(repo, "commit", "-q", "-am", "both")
+    assert uncommitted_files(repo) == []

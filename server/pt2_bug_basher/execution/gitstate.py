@@ -28,6 +28,18 @@ def open_repo(path: Path):  # -> git.Repo
         raise InvalidInput(f"{path} is not inside a git repository") from exc
 
 
+def uncommitted_files(path: Path) -> list[str]:
+    """Tracked files whose staged or working-tree content differs from HEAD (none before a first commit)."""
+    import git
+
+    repo = open_repo(path)
+    try:
+        changed = repo.index.diff("HEAD") + repo.index.diff(None)
+    except (git.GitCommandError, git.BadName, ValueError):
+        return []
+    return sorted({d.b_path or d.a_path for d in changed if d.b_path or d.a_path})
+
+
 def is_git_repo(path: Path) -> bool:
     try:
         open_repo(path)

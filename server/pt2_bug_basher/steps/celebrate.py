@@ -8,7 +8,6 @@ import secrets
 from pathlib import Path
 
 import anyio
-import git
 from pydantic import BaseModel, Field
 
 from pt2_bug_basher.analysis.failure_text import summarise_failure
@@ -27,7 +26,7 @@ from pt2_bug_basher.domain.evidence import (
     VerifyEvidence,
 )
 from pt2_bug_basher.domain.names import Step, ToolName
-from pt2_bug_basher.execution.gitstate import open_repo
+from pt2_bug_basher.execution.gitstate import uncommitted_files
 
 ROTATION_KEY = "celebrations:recent"
 FALLBACK = "Bug fixed, test green, review clean. Well done."
@@ -88,7 +87,7 @@ async def celebrate(state: AppState, case_id: str, root_cause: str, fix_summary:
     warnings = [f for f in review_data.findings if f.severity == "warning"]
     on_tree = [f.text for f in warnings if f.kind in WORKTREE_KINDS or (f.file and f.file in untracked)]
     on_change = [f.text for f in warnings if f.text not in on_tree]
-    uncommitted = await anyio.to_thread.run_sync(lambda: _uncommitted(Path(flow.case.repo)))
+    uncommitted = await anyio.to_thread.run_sync(lambda: uncommitted_files(Path(flow.case.repo)))
     if uncommitted:
         on_tree.insert(0, f"not committed: {', '.join(uncommitted[:10])} differ from HEAD, so the branch does not "
                           "hold the change the evidence was gathered on; commit them")
@@ -124,16 +123,6 @@ async def celebrate(state: AppState, case_id: str, root_cause: str, fix_summary:
                         f"description. {tidy}Remove the worktree when you no longer need it: "
                         f'make_worktree(case_id="{case_id}", action="remove", ref="{main_ref}")')
     return result
-
-
-def _uncommitted(repo_dir: Path) -> list[str]:
-    """Tracked files whose working-tree or staged content differs from HEAD."""
-    repo = open_repo(repo_dir)
-    try:
-        changed = repo.index.diff("HEAD") + repo.index.diff(None)
-    except (git.GitCommandError, ValueError):  # no HEAD yet
-        return []
-    return sorted({d.b_path or d.a_path for d in changed if d.b_path or d.a_path})
 
 
 def case_facts(flow: Workflow, review: ReviewEvidence) -> dict[str, set[str]]:
