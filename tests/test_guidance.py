@@ -21,6 +21,7 @@ from pt2_bug_basher.domain.evidence import (
     MainCheckEvidence,
     ReduceEvidence,
     ReproduceEvidence,
+    Suspect,
 )
 from pt2_bug_basher.mcp_server.calls import parse_call
 
@@ -377,3 +378,19 @@ async def test_a_repro_rewritten_since_the_reproduction_is_named_before_its_verd
                                                             "repeat": 1})).structured_content
     assert changed["notes"][0].startswith("repro.py is not the file that reproduced")
     assert changed["next_step"].startswith("repro.py is not the file that reproduced")
+
+
+def test_the_first_suspect_sentence_names_the_code_generation_after_a_lowering(mini: Mini):
+    from pt2_bug_basher.steps.artifacts import _first_suspect
+
+    case_id = mini.new_case()
+    lowering = Suspect(file="torch/_inductor/lowering.py", line=7, function="make_reduction.<locals>.inner",
+                       why="lowering #2 of aten.amin.default")
+    codegen = [Suspect(file="torch/_inductor/codegen/cpp.py", line=164, function=name, why="ran only lowered")
+               for name in ("reduction_acc_type", "reduction_init")]
+    mini.store.set_localization(case_id, LocalizeRecord(layer="Inductor", suspects=[lowering]))
+    alone = _first_suspect(mini.server.state, case_id)  # type: ignore[attr-defined]
+    assert alone is not None and "make_reduction" in alone and "code generation" not in alone
+    mini.store.set_localization(case_id, LocalizeRecord(layer="Inductor", suspects=[lowering, *codegen]))
+    both = _first_suspect(mini.server.state, case_id)  # type: ignore[attr-defined]
+    assert both is not None and "reduction_acc_type, reduction_init" in both and "before looking" not in both
