@@ -260,14 +260,20 @@ def test_wheel_carries_skill_and_prompts(tmp_path):
                    check=True, capture_output=True, timeout=300)
     probe = (
         "import sys; sys.path.insert(0, sys.argv[1]);"
-        "import pt2_bug_basher.content as c; print(c.__file__); print(c.skill_dir()); print(len(c.celebrations()))"
+        "import pt2_bug_basher.content as c; print(c.__file__); print(c.skill_dir()); print(len(c.celebrations()));"
+        "import pt2_bug_basher.analysis.learned as m; print(m.corpus_dir()); print(len(m.load_corpus()))"
     )
     out = subprocess.run([sys.executable, "-c", probe, str(target)], capture_output=True, text=True, timeout=60,
                          cwd=tmp_path)
     assert out.returncode == 0, out.stderr
-    module_file, skill_dir, count = out.stdout.split()
+    module_file, skill_dir, count, corpus_dir, samples = out.stdout.split()
     assert module_file.startswith(str(target)) and skill_dir.startswith(str(target))
     assert int(count) >= 20
+    # the learned guess is fitted on the wheel's copy of the labelled corpus, all of it
+    from pt2_bug_basher.analysis.learned import CORPUS_FILES, load_corpus
+    assert corpus_dir.startswith(str(target))
+    assert all(f"pt2_bug_basher/_data/corpus/{name}" in names for name in CORPUS_FILES)
+    assert int(samples) == len(load_corpus(root / "tests" / "data" / "corpus")) > 400
 
 
 def test_a_later_failure_on_the_same_code_revokes_a_pass(config):

@@ -1,6 +1,7 @@
 """Classify the error output of a PyTorch 2 compiler failure into a category.
 
-Pure and fast (no torch import, no subprocess): a few milliseconds on a 1 MB log.
+Pure and fast (no torch import, no subprocess): a few milliseconds on a 1 MB log. Only text that
+no rule places fits the learned model, once per process (about a second, step 5).
 
 How it decides
 --------------
@@ -18,7 +19,9 @@ How it decides
    secondary); any error raised inside ``torch.export`` is ``export`` (the underlying category
    secondary); a recompile-limit ``Unsupported`` is ``recompile``.
 4. When no rule finds anything, ``fallback.guess`` may name a category from where the frames are,
-   which subsystem logged, the words of the text and printed results, with a low confidence; else
+   which subsystem logged, the words of the text and printed results, with a low confidence.
+5. When the fallback does not answer either, and the text is not the output of a run that passed,
+   ``learned`` guesses from the words of the labelled corpus, with a lower confidence still; else
    the text stays ``unknown``.
 """
 
@@ -31,7 +34,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from . import fallback
+from . import fallback, learned
 from .failure import (
     EXTERNAL_SIGNALS,
     FailureRecord,
@@ -43,6 +46,7 @@ from .failure import (
     record_from_parsed,
     strip_prefix,
 )
+from .learned import LearnedGuess, TextModel
 
 Category = Literal["graph_break", "backend_compiler_failed", "recompile", "accuracy", "dynamo_internal",
                    "runtime_crash", "triton", "dynamic_shapes", "export", "user_error", "unknown"]
@@ -823,12 +827,15 @@ _DEFAULT_PHASE = {
 
 
 def classify(text: str, exit_code: int | None = None, signal_name: str | None = None,
-             script_text: str | None = None) -> Classification:
+             script_text: str | None = None,
+             text_model: TextModel | Literal["default"] | None = "default") -> Classification:
     """Classify error output (stdout and stderr of a failed run, or an excerpt of it).
 
     `exit_code` and `signal_name` are how the process ended, when known (-11 as subprocess
     reports a signal, or 139 as a shell does, name SIGSEGV). `script_text`, the repro's source
     when known, tells torch.compile from torch.export (the traceback frames tell it otherwise).
+    `text_model` makes the last guess for text nothing else places (`learned`): the model fitted on
+    the packaged corpus by default, another one (a benchmark leaving a batch out), or None for none.
     Never raises on any text.
     """
     if isinstance(text, (bytes, bytearray)):
@@ -867,10 +874,17 @@ def classify(text: str, exit_code: int | None = None, signal_name: str | None = 
     # The fallback reads text that shows no exception: an exception no rule knows (a ValueError raised in
     # user code, called from a test's assertEqual) is not guessed at.
     guess = fallback.guess(text, _fallback_frame_kind) if not ranked and parsed.final_exc is None else None
+    learned_guess = None
+    if guess is None and not ranked and parsed.final_exc is None and exit_code != 0 and text_model is not None:
+        learned_guess = _learned_guess(text, text_model)
     if guess is not None:
         # no rule placed the text: the fallback's best guess, with a confidence below any rule's
         category = guess.category
         hits.extend(_Hit(-1, ln, line, rule, category, 1.0) for ln, line, rule in guess.evidence)
+    elif learned_guess is not None:
+        # nor did the fallback: the words of labelled failures decide, with the lowest confidence of all
+        category = learned_guess.category
+        hits.extend(_Hit(-1, ln, line, "fallback:learned", category, 1.0) for ln, line in learned_guess.evidence)
     elif not ranked:
         category = "unknown"
     else:
@@ -901,6 +915,8 @@ def classify(text: str, exit_code: int | None = None, signal_name: str | None = 
 
     if guess is not None:
         confidence = guess.confidence
+    elif learned_guess is not None:
+        confidence = learned_guess.confidence
     elif ranked:
         others = sorted((scores[c] for c in CATEGORIES if c != category), reverse=True)
         runner = others[0] if others else 0.0
@@ -921,6 +937,15 @@ def classify(text: str, exit_code: int | None = None, signal_name: str | None = 
     evidence = _select_evidence(text, index, hits, category, secondary)
     return Classification(category=category, secondary=secondary, confidence=confidence, evidence=evidence,
                           compile_mode=mode, phase=phase, failure=record)
+
+
+def _learned_guess(text: str, text_model: TextModel | Literal["default"]) -> LearnedGuess | None:
+    if text_model == "default":
+        try:
+            text_model = learned.default_model()
+        except (ImportError, FileNotFoundError):  # an installation without the corpus or scikit-learn
+            return None
+    return text_model.guess(text)
 
 
 def _select_evidence(text: str, index: LineIndex, hits: list[_Hit], category: str,

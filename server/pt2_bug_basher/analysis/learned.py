@@ -1,0 +1,162 @@
+"""A guess learned from labelled error text, for text that neither the rules nor the fallback place.
+
+The rules read exception lines and the fallback weighs frames, log sources and a short vocabulary.
+Cut tracebacks and logs that hold no exception line still carry words that go with one kind of
+failure more than another (the Dynamo variable trackers a graph break passes through, the shape-env
+calls of a data-dependent guard, the launcher of a Triton kernel). This module learns those words from
+the labelled corpus that ships with the package (`tests/data/corpus/*.jsonl`, every sample with its
+public source): TF-IDF over words and word pairs, then a class-balanced logistic regression
+(scikit-learn). It answers only when its best class has at least ``MIN_PROBABILITY``, and its
+confidence stays under the fallback's; the evidence lines are the text's lines that weigh most for
+the class it chose (rule ``fallback:learned``).
+
+``MIN_PROBABILITY`` and the model's settings were chosen on the held-out corpus by leaving each
+held-out batch out in turn (`bench/bench_classify.py` prints that figure).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .failure import strip_prefix
+
+WINDOW = 64 * 1024  # characters read back from the end of the text, as the fallback does
+MIN_PROBABILITY = 0.2  # the best class's probability needed to answer (a uniform guess over nine is 0.11)
+MAX_CONFIDENCE = 0.2  # under the fallback's cap: a learned guess is the weakest evidence there is
+MAX_EVIDENCE = 3
+TOKEN_PATTERN = r"[A-Za-z_][A-Za-z0-9_]{2,}"  # identifiers and words of three or more characters
+_WORD = re.compile(TOKEN_PATTERN)
+_FAILURE_OUTPUT = re.compile(
+    r'^\s*File "[^"]+", line \d+'  # a traceback frame
+    r"|^\s*File \S+:\d+, in "  # IPython's
+    r"|^(?:\[rank\d+\]:)?[WEF]\d{4} [\d:.]+ +\d+ \S+\]"  # a warning or error logged by glog (TORCH_LOGS)
+    r"|\btorch\.[\w.]+: \[(?:WARNING|ERROR|CRITICAL)\]"  # ... or by a torch logger
+    r"|(?i:error|exception|fail|assert|traceback|warn|abort|fault|mismatch|\bnan\b|recompil|guard|unsupported)",
+    re.MULTILINE)
+_GLOG_PREFIX = re.compile(r"^[VIWEDF]\d{4} [\d:.]+ +\d+ [^\s\]]+\] (?:\[[\d/_]+\] )?")
+REGULARISATION_C = 10.0
+# corpus files, in the order they are read; a sample labelled `other` has no class to learn
+CORPUS_FILES = ("public.jsonl", "local.jsonl", "local_gpu.jsonl", "tuning.jsonl", "heldout.jsonl")
+_PACKAGED_CORPUS = Path(__file__).resolve().parents[1] / "_data" / "corpus"
+_CHECKOUT_CORPUS = Path(__file__).resolve().parents[3] / "tests" / "data" / "corpus"
+
+
+@dataclass(frozen=True)
+class LabelledText:
+    sample_id: str
+    label: str
+    text: str
+
+
+@dataclass
+class LearnedGuess:
+    category: str
+    probability: float
+    runner_up: str
+    confidence: float
+    evidence: list[tuple[int, str]]  # (0-based line number, line): the lines that weigh most for the category
+
+
+def corpus_dir() -> Path:
+    """The labelled corpus: the wheel's copy, else the checkout's."""
+    for candidate in (_PACKAGED_CORPUS, _CHECKOUT_CORPUS):
+        if (candidate / CORPUS_FILES[0]).is_file():
+            return candidate
+    raise FileNotFoundError("the labelled error corpus is missing from this installation; reinstall pt2-bug-basher.")
+
+
+def load_corpus(directory: Path | None = None) -> list[LabelledText]:
+    """Every labelled sample of the corpus files (those present), `other` labels left out."""
+    directory = directory or corpus_dir()
+    samples = []
+    for name in CORPUS_FILES:
+        path = directory / name
+        if not path.is_file():
+            continue
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                row = json.loads(line)
+                if row["label"] != "other":
+                    samples.append(LabelledText(row["id"], row["label"], row["text"]))
+    return samples
+
+
+def shows_a_failure(text: str) -> bool:
+    """The text is output of a failing program: a traceback frame, a warning or error that torch logged,
+    or a word of failure. Code, prose, plain prints and info logs are not guessed at."""
+    return bool(_FAILURE_OUTPUT.search(_tail(text)))
+
+
+def _tail(text: str) -> str:
+    return text[-WINDOW:]
+
+
+def _read(text: str) -> str:
+    """What the model reads: the tail window, each distinct line once (a progress line printed a thousand
+    times must not drown the one frame that matters)."""
+    return "\n".join(dict.fromkeys(_tail(text).split("\n")))
+
+
+class TextModel:
+    """TF-IDF and logistic regression fitted on labelled error text."""
+
+    def __init__(self, samples: Iterable[LabelledText]) -> None:
+        from sklearn.feature_extraction.text import TfidfVectorizer
+        from sklearn.linear_model import LogisticRegression
+
+        samples = list(samples)
+        if len({s.label for s in samples}) < 2:
+            raise ValueError("a text model needs samples of at least two labels")
+        self.sample_ids = frozenset(s.sample_id for s in samples)
+        self._vectorizer = TfidfVectorizer(token_pattern=TOKEN_PATTERN, ngram_range=(1, 2), sublinear_tf=True)
+        features = self._vectorizer.fit_transform([_read(s.text) for s in samples])
+        self._classifier = LogisticRegression(C=REGULARISATION_C, max_iter=3000, class_weight="balanced")
+        self._classifier.fit(features, [s.label for s in samples])
+        self.classes: list[str] = [str(c) for c in self._classifier.classes_]
+
+    def probabilities(self, text: str) -> dict[str, float]:
+        row = self._classifier.predict_proba(self._vectorizer.transform([_read(text)]))[0]
+        return {c: float(p) for c, p in zip(self.classes, row, strict=True)}
+
+    def guess(self, text: str) -> LearnedGuess | None:
+        """The most probable category, or None when no class reaches MIN_PROBABILITY."""
+        if not shows_a_failure(text):
+            return None
+        ranked = sorted(self.probabilities(text).items(), key=lambda kv: -kv[1])
+        (best, p), (runner_up, _) = ranked[0], ranked[1]
+        if p < MIN_PROBABILITY:
+            return None
+        confidence = round(max(0.05, MAX_CONFIDENCE * p), 3)
+        return LearnedGuess(best, round(p, 3), runner_up, confidence, self._weighty_lines(text, best))
+
+    def _weighty_lines(self, text: str, category: str) -> list[tuple[int, str]]:
+        """The lines whose words push hardest toward `category` (each line scored on its own)."""
+        tail = _tail(text)
+        first_line_no = text.count("\n", 0, len(text) - len(tail))
+        lines = tail.split("\n")
+        # a line is scored on what it says after a log prefix, and only if it says some word
+        said = [(i, line, _GLOG_PREFIX.sub("", strip_prefix(line))) for i, line in enumerate(lines)]
+        candidates = [(i, line, words) for i, line, words in said if _WORD.search(words)]
+        if not candidates:
+            return []
+        features = self._vectorizer.transform([words for _, _, words in candidates])
+        weights: Any = self._classifier.coef_
+        if weights.shape[0] == 1:  # two classes: one row of weights, for the second class
+            column = weights[0] if category == self.classes[1] else -weights[0]
+        else:
+            column = weights[self.classes.index(category)]
+        scores = features @ column
+        order = sorted(range(len(candidates)), key=lambda k: -scores[k])
+        return [(first_line_no + candidates[k][0], candidates[k][1]) for k in order[:MAX_EVIDENCE] if scores[k] > 0]
+
+
+@functools.cache
+def default_model() -> TextModel:
+    """The model fitted on the whole packaged corpus (about a second, once per process)."""
+    return TextModel(load_corpus())

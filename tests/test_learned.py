@@ -1,0 +1,102 @@
+"""The learned guess (analysis/learned.py): fitted on the labelled corpus, asked only about text nothing else places."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+from corpus_samples import CORPUS, TUNING
+
+from pt2_bug_basher.analysis import learned
+from pt2_bug_basher.analysis.classify import classify, guessed
+from pt2_bug_basher.analysis.learned import LabelledText, TextModel, load_corpus
+
+TUNING_BY_ID = {d["id"]: d for d in TUNING}
+# tracebacks rendered by rich (scripts_tuning/), cut above their exception line: no rule and not the
+# fallback place them (test_classify checks that), so only the words of the frames are left
+RICH_CUTS = [("tu-local-rich_rc_stance", "RuntimeError: Detected recompile", "recompile"),
+             ("tu-local-rich_acc_assert_close", "AssertionError", "accuracy")]
+
+
+def _cut_before(text: str, needle: str) -> str:
+    at = text.rfind(needle)
+    assert at >= 0, needle
+    return text[:text.rfind("\n", 0, at)]
+
+
+@functools.cache
+def model_without(sample_id: str) -> TextModel:
+    """A model that never saw the sample: what it says about it is a guess, not a memory."""
+    return TextModel(s for s in load_corpus(CORPUS) if s.sample_id != sample_id)
+
+
+@pytest.mark.parametrize(("sample_id", "needle", "category"), RICH_CUTS)
+def test_a_cut_traceback_no_rule_places_is_guessed_from_its_words(sample_id: str, needle: str, category: str) -> None:
+    cut = _cut_before(TUNING_BY_ID[sample_id]["text"], needle)
+    assert classify(cut, text_model=None).category == "unknown"
+    model = model_without(sample_id)
+    assert sample_id not in model.sample_ids
+    c = classify(cut, text_model=model)
+    assert c.category == category, model.probabilities(cut)
+    # a guess, weaker than any rule or the fallback, and it says which lines weighed most
+    assert guessed(c) and 0.05 <= c.confidence <= learned.MAX_CONFIDENCE
+    assert c.evidence and {e.rule for e in c.evidence} == {"fallback:learned"}
+    lines = cut.split("\n")
+    for e in c.evidence:
+        assert lines[e.line_no - 1].startswith(e.text)
+
+
+def test_evidence_line_numbers_count_the_lines_before_the_window() -> None:
+    sample_id, needle, category = RICH_CUTS[0]
+    cut = _cut_before(TUNING_BY_ID[sample_id]["text"], needle)
+    noise = "loading shard\n" * (learned.WINDOW // len("loading shard\n") + 100)
+    c = classify(noise + cut, text_model=model_without(sample_id))
+    assert c.category == category
+    lines = (noise + cut).split("\n")
+    assert c.evidence and all(lines[e.line_no - 1].startswith(e.text) for e in c.evidence)
+    assert all(e.line_no > noise.count("\n") for e in c.evidence)
+
+
+@pytest.mark.parametrize("text", [
+    "",
+    "out = torch.compile(model, backend='eager')(x)\nprint(out)\n",  # code
+    "calling function: 'forward' of the model\n",  # prose
+    "loss: tensor(0.2345)\nstep 10 done\n",  # plain prints
+    # an info log that every compile prints
+    "[2023-12-18 18:21:07,432] torch._dynamo.symbolic_convert: [INFO] Step 1: torchdynamo start tracing f\n",
+    "I1010 19:42:27.597000 1480278 torch/_dynamo/convert_frame.py:1000] [0/0] Step 1: torchdynamo start tracing\n",
+])
+def test_text_that_shows_no_failure_is_not_guessed_at(text: str) -> None:
+    assert not learned.shows_a_failure(text)
+    assert learned.default_model().guess(text) is None
+    assert classify(text).category == "unknown"
+
+
+def test_the_output_of_a_run_that_passed_is_not_guessed_at() -> None:
+    sample_id, needle, category = RICH_CUTS[0]
+    cut = _cut_before(TUNING_BY_ID[sample_id]["text"], needle)
+    model = model_without(sample_id)
+    assert classify(cut, exit_code=1, text_model=model).category == category
+    assert classify(cut, exit_code=0, text_model=model).category == "unknown"
+
+
+def test_the_default_model_is_fitted_on_every_labelled_sample_of_the_corpus() -> None:
+    samples = load_corpus()
+    ids = {s.sample_id for s in samples}
+    assert learned.corpus_dir().resolve() == CORPUS.resolve()
+    assert learned.default_model().sample_ids == ids
+    # every corpus file is read, and a sample labelled `other` has no class to learn
+    assert {i.split("-")[0] for i in ids} >= {"local", "gpu", "tu", "ho9"}
+    assert not any(s.label == "other" for s in samples)
+    assert set(learned.default_model().classes) == {s.label for s in samples}
+
+
+def test_a_model_needs_two_labels() -> None:
+    with pytest.raises(ValueError, match="two labels"):
+        TextModel([LabelledText("a", "recompile", "Recompiling function f"),
+                    LabelledText("b", "recompile", "Recompiling function g")])
+    two = TextModel([LabelledText("a", "recompile", "Recompiling function f guard failed"),
+                     LabelledText("b", "triton", "triton kernel launcher failed XBLOCK")])
+    guess = two.guess("Traceback (most recent call last):\n  File \"x.py\", line 1, in f\ntriton XBLOCK launcher\n")
+    assert guess is not None and guess.category == "triton" and guess.runner_up == "recompile"
+    assert guess.evidence and "XBLOCK" in guess.evidence[0][1]
