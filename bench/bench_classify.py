@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "server"))
 
 from pt2_bug_basher.analysis.classify import CATEGORIES, RULES, classify  # noqa: E402
+from pt2_bug_basher.analysis.learned import TextModel, load_corpus  # noqa: E402
 
 CORPUS = ROOT / "tests" / "data" / "corpus"
 SEVEN = {"graph_break", "backend_compiler_failed", "recompile", "accuracy", "dynamo_internal",
@@ -123,7 +124,8 @@ def pred_class(category: str) -> str:
     return category if category in NAMED else "other"
 
 
-def table(name: str, samples: list[dict], preds_ours: list[str], preds_naive: list[str]) -> None:
+def table(name: str, samples: list[dict], preds_ours: list[str], preds_naive: list[str],
+          preds_rules: list[str]) -> None:
     def metrics(preds: list[str], label: str) -> tuple[float, float, float, int]:
         labelled = [(d, p) for d, p in zip(samples, preds, strict=True) if d["label"] == label]
         predicted = [(d, p) for d, p in zip(samples, preds, strict=True) if pred_class(p) == pred_class(label)]
@@ -138,6 +140,10 @@ def table(name: str, samples: list[dict], preds_ours: list[str], preds_naive: li
     precision = sum(is_right(d, p) for d, p in answered) / len(answered) if answered else float("nan")
     print(f"\n{name}: {len(samples)} samples   accuracy ours {acc_o:.3f}   naive {acc_n:.3f}   "
           f"ours answered {len(answered)}/{len(samples)}, right when answering {precision:.3f}")
+    right_rules = sum(is_right(d, p) for d, p in zip(samples, preds_rules, strict=True))
+    right_ours = sum(is_right(d, p) for d, p in zip(samples, preds_ours, strict=True))
+    print(f"  right: {right_ours}/{len(samples)}; without the learned guess {right_rules}/{len(samples)} "
+          f"({right_rules / len(samples):.3f})")
     print(f"  {'label':<24} {'n':>3}   {'P':>5} {'R':>5} {'F1':>5}   | naive {'P':>5} {'R':>5} {'F1':>5}")
     # every labelled class, and every class predicted without being a label (its precision counts too)
     classes = {d["label"] for d in samples} | {pred_class(p) for p in preds_ours + preds_naive}
@@ -207,11 +213,26 @@ def main() -> int:
                ("heldout without it (hard_case true: cut before the exception line, or misleading)",
                 [d for d in heldout if d["hard_case"]]),
                ("heldout, all (never tuned on)", heldout))
+    groups = {d["id"]: group for group, samples in (("public", public), ("local", local), ("local_gpu", local_gpu),
+                                                      ("tuning", tuning)) for d in samples}
+    groups.update({d["id"]: _batch(d) for d in heldout})
+    models = models_leaving_out(groups)
     for name, samples in corpora:
-        ours = [classify(d["text"], d.get("exit_code"), d.get("signal_name")).category for d in samples]
+        ours = [classify(d["text"], d.get("exit_code"), d.get("signal_name"),
+                         text_model=models[groups[d["id"]]]).category for d in samples]
+        rules = [classify(d["text"], d.get("exit_code"), d.get("signal_name"), text_model=None).category
+                 for d in samples]
         naive = [naive_classify(d["text"]) for d in samples]
-        table(name, samples, ours, naive)
+        table(name, samples, ours, naive, rules)
     return 0
+
+
+def models_leaving_out(groups: dict[str, str]) -> dict[str, TextModel]:
+    """One learned model per group (a development file or a held-out batch), fitted on every other group:
+    a sample is only ever guessed at by a model that never saw its group."""
+    corpus = load_corpus(CORPUS)
+    return {group: TextModel(s for s in corpus if groups[s.sample_id] != group)
+            for group in sorted(set(groups.values()))}
 
 
 if __name__ == "__main__":
