@@ -165,3 +165,21 @@ async def test_classify_error_on_an_unknown_failure_recommends_a_call_the_server
     assert parse_call(data["diagnostic"]).tool == "localize"
     # and the unknown category's preset is one run_with_logs takes
     assert problems('run_with_logs(case_id="c", script="r.py", logs="unknown")', schemas) == []
+
+
+@pytest.mark.anyio
+async def test_classify_error_says_a_learned_guess_is_a_guess_and_its_calls_are_accepted(server, schemas):
+    # a rich-rendered recompile-stance traceback (tests/data/corpus, scripts_tuning/) cut above its exception
+    # line: no rule places it, the learned guess does
+    from corpus_samples import TUNING
+
+    text = next(d["text"] for d in TUNING if d["id"] == "tu-local-rich_rc_stance")
+    cut = text[:text.rfind("\n", 0, text.rfind("RuntimeError: Detected recompile"))]
+    async with Client(server) as client:
+        result = await client.call_tool("classify_error", {"text": cut})
+    data = result.structured_content
+    assert data["category"] == "recompile" and data["confidence"] <= 0.2
+    assert {e["rule"] for e in data["evidence"]} == {"fallback:learned"}
+    assert data["next_step"].startswith("The category is a guess (confidence ")
+    assert problems(data["diagnostic"], schemas) == [], data["diagnostic"]
+    assert data["diagnostic"] in data["next_step"]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 from pydantic import BaseModel, Field
@@ -16,6 +18,9 @@ from pt2_bug_basher.domain.evidence import ClassifyEvidence, EvidenceLineRecord,
 from pt2_bug_basher.domain.names import Step, ToolName
 from pt2_bug_basher.playbooks import PLAYBOOKS, CategoryGuide, diagnostic_call, focus, guide, layer_of
 from pt2_bug_basher.reduce.ladder import PROBES
+
+if TYPE_CHECKING:
+    from pt2_bug_basher.analysis.classify import Classification
 
 MAX_TEXT = 8 * 1024 * 1024
 
@@ -62,7 +67,9 @@ async def classify_error(
         text = Path(run.stderr_path).read_text(errors="replace") if run.stderr_path else ""
         exit_code, signal_name = run.exit_code, run.signal
         script = script_of(run.argv)
-    result = classify(text or "", exit_code=exit_code, signal_name=signal_name)
+    # in a worker thread: text no rule places fits the learned model once per process (about a second)
+    result = await anyio.to_thread.run_sync(
+        functools.partial(classify, text or "", exit_code=exit_code, signal_name=signal_name))
     failure = result.failure
     out = ClassifyResult(
         category=result.category, secondary=list(result.secondary), confidence=result.confidence,
@@ -78,6 +85,7 @@ async def classify_error(
         out.next_step = f"Run the diagnostic: {out.diagnostic}" if result.category != "unknown" else (
             "The text shows no known failure pattern. Pass the full stderr (the last exception and the "
             "lines before it), or reproduce it with run_with_logs and classify the run_id.")
+        out.next_step = _caveat(result) + out.next_step
         return out
     case = state.store.get_case(case_id)
     if script is None:
@@ -108,7 +116,18 @@ async def classify_error(
         return next_diagnostic(state, flow, status, playbook, script), status.next_step
 
     out.diagnostic, out.next_step = await anyio.to_thread.run_sync(from_state)
+    out.next_step = _caveat(result) + out.next_step
     return out
+
+
+def _caveat(result: Classification) -> str:
+    """A category guessed from text that holds no exception line says so before any next step."""
+    from pt2_bug_basher.analysis.classify import guessed
+
+    if not guessed(result):
+        return ""
+    return (f"The category is a guess (confidence {result.confidence:.2f}): the text holds no exception line and "
+            "no rule placed it; the evidence lines weighed most. The diagnostic run confirms or refutes it. ")
 
 
 def script_of(argv: list[str]) -> str | None:
