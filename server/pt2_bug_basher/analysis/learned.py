@@ -6,12 +6,14 @@ failure more than another (the Dynamo variable trackers a graph break passes thr
 calls of a data-dependent guard, the launcher of a Triton kernel). This module learns those words from
 the labelled corpus that ships with the package (`tests/data/corpus/*.jsonl`, every sample with its
 public source): TF-IDF over words and word pairs, then a class-balanced logistic regression
-(scikit-learn). It answers only when its best class has at least ``MIN_PROBABILITY``, and its
+(scikit-learn). It answers only when its best class has at least ``MIN_PROBABILITY`` and ``MIN_RATIO``
+times the runner-up's, only on text that shows a failure (``shows_a_failure``), and its
 confidence stays under the fallback's; the evidence lines are the text's lines that weigh most for
 the class it chose (rule ``fallback:learned``).
 
 ``MIN_PROBABILITY`` and the model's settings were chosen on the held-out corpus by leaving each
-held-out batch out in turn (`bench/bench_classify.py` prints that figure).
+held-out batch out in turn (`bench/bench_classify.py` prints that figure); ``MIN_RATIO`` is the
+fallback's, and the failure-output gate keeps a guess off code, prose and info logs.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from .failure import strip_prefix
 
 WINDOW = 64 * 1024  # characters read back from the end of the text, as the fallback does
 MIN_PROBABILITY = 0.2  # the best class's probability needed to answer (a uniform guess over nine is 0.11)
+MIN_RATIO = 1.5  # ... and this many times the runner-up's, as the fallback asks of its scores
 MAX_CONFIDENCE = 0.2  # under the fallback's cap: a learned guess is the weakest evidence there is
 MAX_EVIDENCE = 3
 TOKEN_PATTERN = r"[A-Za-z_][A-Za-z0-9_]{2,}"  # identifiers and words of three or more characters
@@ -125,12 +128,12 @@ class TextModel:
         return {c: float(p) for c, p in zip(self.classes, row, strict=True)}
 
     def guess(self, text: str) -> LearnedGuess | None:
-        """The most probable category, or None when no class reaches MIN_PROBABILITY."""
+        """The most probable category, or None when it is not clearly the best (MIN_PROBABILITY, MIN_RATIO)."""
         if not shows_a_failure(text):
             return None
         ranked = sorted(self.probabilities(text).items(), key=lambda kv: -kv[1])
         (best, p), (runner_up, _) = ranked[0], ranked[1]
-        if p < MIN_PROBABILITY:
+        if p < MIN_PROBABILITY or p < MIN_RATIO * ranked[1][1]:
             return None
         confidence = round(max(0.05, MAX_CONFIDENCE * p), 3)
         return LearnedGuess(best, round(p, 3), runner_up, confidence, self._weighty_lines(text, best))
