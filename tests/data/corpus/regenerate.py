@@ -23,6 +23,8 @@ Each script starts with header comments that say how to run it and what it shows
                                         (used to check that failure signatures are stable)
     # head: 15                          optional: keep only the first N lines (an excerpt cut the way
                                         people paste logs into issues)
+    # tail: 5                           optional: keep only the last N lines (the exception and the
+                                        line above it, as people paste them)
 
 Every run gets a fresh working directory and a fresh TORCHINDUCTOR_CACHE_DIR, so two runs of a
 script differ in temporary paths, PIDs, addresses and timings but not in the failure itself.
@@ -136,6 +138,8 @@ def run_script(path: Path, python: str, run_no: int) -> dict:
         text = _scrub(proc.stdout.decode("utf-8", errors="replace"), work)
         if hdr.get("head"):
             text = "\n".join(text.splitlines()[:int(hdr["head"])]) + "\n"
+        if hdr.get("tail"):
+            text = "\n".join(text.splitlines()[-int(hdr["tail"]):]) + "\n"
     finally:
         shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(cache, ignore_errors=True)
@@ -157,7 +161,8 @@ def run_script(path: Path, python: str, run_no: int) -> dict:
         "text": _cut(text),
         "notes": f"produced by {path.parent.name}/{path.name}"
         + (f" with {hdr['env']}" if hdr.get("env") else "")
-        + (f", first {hdr['head']} lines kept" if hdr.get("head") else ""),
+        + (f", first {hdr['head']} lines kept" if hdr.get("head") else "")
+        + (f", last {hdr['tail']} lines kept" if hdr.get("tail") else ""),
         "hard_case": False,
         "script_name": path.name,
         "script": src,
