@@ -1006,3 +1006,15 @@ def test_github_actions_timestamps_keep_the_indent_of_a_traceback() -> None:
     text = TUNING_BY_ID["tu8-ds-02"]["text"]
     assert strip_prefix("2023-08-22T00:39:23.2882332Z     return f(x)") == "    return f(x)"
     assert parse(text).final_exc.type == "RuntimeError"
+
+
+def test_an_output_size_stride_assert_of_the_generated_code_is_a_runtime_crash() -> None:
+    # scripts_tuning/rt_stride_assert.py: a custom op's fake kernel claims other strides than the real one
+    # returns; only the asserting line of the generated code and the exception are kept, as they get pasted
+    text = TUNING_BY_ID["tu-local-rt_stride_assert"]["text"]
+    assert text.lstrip().startswith("assert_size_stride(")
+    c = classify(text, text_model=None)
+    assert c.category == "runtime_crash" and c.evidence[0].rule == "exception:size_stride_assert", c
+    # a user's own assert about sizes is not Inductor's
+    assert classify("    assert a.shape == b.shape\nAssertionError: expected same shapes\n",
+                    text_model=None).category != "runtime_crash"

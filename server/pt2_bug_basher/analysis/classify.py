@@ -317,6 +317,8 @@ _DATA_DEP_MSG = re.compile(r"data-dependent|GuardOnDataDependent|unbacked", re.I
 # a generic error about a symbolic size reaching code that wants a plain int (dynamic shapes)
 # a generic error whose message names Inductor's own code generation (an assertion inside Inductor)
 _INDUCTOR_MSG = re.compile(r"\b(?:Triton|Cpp|SIMD|Halide)Kernel\b|\bconfig\.(?:triton|cpp)\.\w|\btorch\._inductor\.\w")
+# assert_size_stride's message (torch/_inductor, run by the generated code): `expected size 6==6, stride 4==1 at dim=0`
+_SIZE_STRIDE_MSG = re.compile(r"^expected size \S+==\S+, stride \S+==\S+ at dim=\d+")
 _SYMBOLIC_MSG = re.compile(r"\bSym(?:Int|Float|Bool)\b|symbolic (?:sizes|strides|shapes?)\b")
 # a fake-tensor run's header alone (`Failed running call_function f(*(FakeTensor(..., size=(s0,)),), **{}):`)
 # whose arguments carry symbolic sizes
@@ -503,6 +505,9 @@ def _structural(p: ParsedFailure, hits: list[_Hit], text: str = "") -> dict:
             cat, weight, rule = "dynamic_shapes", 6.5, "exception:fake_run_with_symbolic_sizes"
         if cat == "graph_break" and _RECOMPILE_MSG.search(msg):
             cat, weight, rule = "recompile", 6.0, "exception:recompile_limit"
+        if cat is None and final_short == "AssertionError" and _SIZE_STRIDE_MSG.search(msg):
+            # the generated code checked an output's sizes and strides (assert_size_stride) as it ran
+            cat, weight, rule = "runtime_crash", 5.0, "exception:size_stride_assert"
         if cat is None and final_short in ("AssertionError", "Exception") and _NOT_CLOSE_MSG.search(msg):
             cat, weight, rule = "accuracy", 6.0, "exception:not_close"
         if cat is None and _CUDA_MSG.search(msg):
