@@ -41,6 +41,8 @@ def test_a_cut_traceback_no_rule_places_is_guessed_from_its_words(sample_id: str
     # a guess, weaker than any rule or the fallback, and it says which lines weighed most
     assert guessed(c) and 0.05 <= c.confidence <= learned.MAX_CONFIDENCE
     assert c.evidence and {e.rule for e in c.evidence} == {"fallback:learned"}
+    # the phase is what the frames show (as for unknown text), not the guessed category's usual phase
+    assert c.phase == classify(cut, text_model=None).phase
     lines = cut.split("\n")
     for e in c.evidence:
         assert lines[e.line_no - 1].startswith(e.text)

@@ -932,8 +932,8 @@ def classify(text: str, exit_code: int | None = None, signal_name: str | None = 
     confidence = round(max(0.05, min(0.99, confidence)), 3)
 
     phase = _DEFAULT_PHASE.get(category)
-    if category == "unknown":
-        phase = facts["frame_phase"]
+    if category == "unknown" or learned_guess is not None:
+        phase = facts["frame_phase"]  # a guessed category says nothing of the phase: only frames do
     elif category == "runtime_crash" and facts["frame_phase"] == "backend_compile":
         phase = "backend_compile"
     elif category == "triton" and facts["frame_phase"] == "runtime":
