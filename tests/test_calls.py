@@ -183,3 +183,4 @@ async def test_classify_error_says_a_learned_guess_is_a_guess_and_its_calls_are_
     assert data["next_step"].startswith("The category is a guess (confidence ")
     assert problems(data["diagnostic"], schemas) == [], data["diagnostic"]
     assert data["diagnostic"] in data["next_step"]
+    assert problems(data["next_step"], schemas) == [], data["next_step"]

@@ -82,7 +82,7 @@ async def classify_error(
     )
     if case_id is None:
         out.diagnostic = diagnostic_call(result.category, None, script)
-        out.next_step = f"Run the diagnostic: {out.diagnostic}" if result.category != "unknown" else (
+        out.next_step = _without_a_case(result.category, out.diagnostic) if result.category != "unknown" else (
             "The text shows no known failure pattern. Pass the full stderr (the last exception and the "
             "lines before it), or reproduce it with run_with_logs and classify the run_id.")
         out.next_step = _caveat(result) + out.next_step
@@ -118,6 +118,17 @@ async def classify_error(
     out.diagnostic, out.next_step = await anyio.to_thread.run_sync(from_state)
     out.next_step = _caveat(result) + out.next_step
     return out
+
+
+def _without_a_case(category: str, diagnostic: str) -> str:
+    """The calls that lead to the diagnostic from text alone: a case first, and a reproduction unless the
+    diagnostic run is the reproduction (run_with_logs records one)."""
+    tool = (PLAYBOOKS.get(category) or PLAYBOOKS["unknown"]).diagnostic.tool
+    opening = f"Open a case with {format_call(ToolName.check_env)} (it returns the case_id)"
+    if tool == ToolName.run_with_logs:
+        return f"{opening}, then run the diagnostic, which also reproduces the failure: {diagnostic}"
+    reproduce = format_call(ToolName.run_with_logs, case_id="<case_id>", script="<repro.py>", repeat=2)
+    return f"{opening}, reproduce with {reproduce}, then run the diagnostic: {diagnostic}"
 
 
 def _caveat(result: Classification) -> str:
