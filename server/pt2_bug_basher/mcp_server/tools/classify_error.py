@@ -30,5 +30,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
         (user_error comes from runs, never from text alone), with the
         evidence lines, the compile mode and phase when visible, and from the method: the next
         diagnostic as an exact tool call, the config knobs, the key source files and the test files.
-        Pure text analysis: nothing runs. With case_id, completes the classification step."""
+        Pure text analysis: nothing runs. Text with no exception line that no rule places may get a
+        guess learned from labelled public error text (rule fallback:learned, confidence at most 0.2),
+        and the next step says it is one. With case_id, completes the classification step."""
         return await classify.classify_error(state, case_id, text=text, run_id=run_id)
