@@ -1018,3 +1018,15 @@ def test_an_output_size_stride_assert_of_the_generated_code_is_a_runtime_crash()
     # a user's own assert about sizes is not Inductor's
     assert classify("    assert a.shape == b.shape\nAssertionError: expected same shapes\n",
                     text_model=None).category != "runtime_crash"
+
+
+def test_a_guard_dynamo_failed_to_build_is_dynamo_internal_and_a_shape_env_guard_is_not() -> None:
+    # the head of examples/dynamo_internal.py's output (torch 2.13 CPU): Dynamo logs the guard it could not
+    # build before the exception; pasted without the exception, the guard's type still says whose it is
+    head = "\n".join(f"E1204 15:18:44.128000 10406 torch/_guards.py:375] [0/0] {line}" for line in (
+        "Error while creating guard:", "Name: \"L['t']\"", "    Source: local",
+        "    Create Function: TENSOR_SUBCLASS_METADATA_MATCH", "    Guard Types: None", "    Code List: None"))
+    c = classify(head, text_model=None)
+    assert c.category == "dynamo_internal" and c.evidence[0].rule == "guard_build_failed", c
+    shape_env = head.replace("TENSOR_SUBCLASS_METADATA_MATCH", "SHAPE_ENV").replace("L['t']", "")
+    assert classify(shape_env, text_model=None).category == "dynamic_shapes"
