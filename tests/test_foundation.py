@@ -80,7 +80,9 @@ async def test_check_env_reports_the_real_torch_of_a_real_venv(server, this_venv
     assert data["torch"]["git_version"]
     assert Path(data["torch"]["file"]).is_relative_to(this_venv)
     assert data["torch"]["imported_from_repo"] is False
-    assert data["warnings"] and "not from the repository" in data["warnings"][0]
+    # the server's default repository is no PyTorch checkout: the warning says what that leaves out
+    assert data["warnings"] and "is not a PyTorch checkout" in data["warnings"][0]
+    assert "develop build" not in json.dumps(data["warnings"])
     assert "log_artifacts" not in data["torch"] and "log_components" not in data["torch"]
     assert "graph_breaks" not in json.dumps(data)
     assert listed["source"] == "registered by the case's torch" and listed["torch"] == torch_version
@@ -90,6 +92,18 @@ async def test_check_env_reports_the_real_torch_of_a_real_venv(server, this_venv
     assert data["rule"] == "explicit python argument"
     assert data["case_id"].startswith("case-")
     assert "run_with_logs" in data["next_step"] and data["case_id"] in data["next_step"]
+
+
+async def test_check_env_warns_of_an_installed_torch_only_for_a_pytorch_checkout(server, workspace, this_venv):
+    checkout = workspace / "pytorch"
+    (checkout / "torch").mkdir(parents=True)
+    (checkout / "torch" / "__init__.py").write_text("")
+    async with Client(server) as client:
+        result = await client.call_tool("check_env", {"python": str(this_venv / "bin" / "python"),
+                                                      "repo": str(checkout)})
+    data = result.structured_content
+    assert data["ok"] is True and data["torch"]["imported_from_repo"] is False
+    assert "not from the repository" in data["warnings"][0] and "develop build" in data["warnings"][0]
 
 
 async def test_check_env_without_torch_is_not_ok_and_opens_no_case(server, venv_without_torch):

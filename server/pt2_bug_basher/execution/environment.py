@@ -219,11 +219,17 @@ async def probe(
         log_components=data.get("log_components", []),
         log_artifacts=data.get("log_artifacts", []),
     )
-    if not from_repo:
+    if not from_repo and (repo / "torch" / "__init__.py").is_file():
         base.warnings.append(
             f"torch is imported from {torch_file.parent}, not from the repository {repo}: edits to the "
             "repository's torch sources will not be exercised by repro or test runs. Use a develop build "
             "(`pip install -e .` / `python setup.py develop`) of the checkout to test a fix."
+        )
+    elif not from_repo:
+        base.warnings.append(
+            f"the repository {repo} is not a PyTorch checkout (no torch/__init__.py): reproducing, classifying "
+            "and localizing work; the unit test, the main check and the fix need check_env(repo=<a PyTorch "
+            "checkout>, ...) with an interpreter that imports torch from it."
         )
     if data.get("log_registry_error"):
         base.warnings.append(f"TORCH_LOGS names could not be read: {data['log_registry_error']}")
