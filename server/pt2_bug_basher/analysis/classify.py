@@ -37,6 +37,7 @@ from pydantic import BaseModel
 from . import fallback, learned
 from .failure import (
     EXTERNAL_SIGNALS,
+    GENERATED_DIR,
     FailureRecord,
     Frame,
     LineIndex,
@@ -355,8 +356,6 @@ _DYNAMO_TRACING = ("symbolic_convert.py", "variables/", "variables\\")
 
 
 _BACKEND_CALLS = ("compile_and_call_fx_graph", "call_user_compiler", "_call_user_compiler")
-# Inductor's cache of generated code (/tmp/torchinductor_<user>/...), not a file named test_torchinductor.py
-_GENERATED_DIR = re.compile(r"(?:^|/)torchinductor[^/]*/")
 # the tracer's return: tracing is done and the graph goes to the backend (compile_subgraph)
 _RETURN_OPS = ("RETURN_VALUE", "RETURN_CONST", "_return")
 
@@ -374,7 +373,7 @@ def _frame_kind(f: Frame) -> str:
     triton, dynamo_internal, dynamo_outer, shapes, torch, user, lib."""
     path = f.file.replace("\\", "/")
     func = f.function.rsplit(".", 1)[-1]  # IPython names methods with their class: OutputGraph.call_user_compiler
-    if _GENERATED_DIR.search(path) or "<eval_with_key>" in path:
+    if GENERATED_DIR.search(path) or "<eval_with_key>" in path:
         return "compile" if func == "<module>" else "generated"
     if ("/triton/" in path or path.startswith("triton/")) and "/torch/" not in path:
         return "triton"

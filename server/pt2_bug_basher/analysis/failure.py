@@ -45,6 +45,16 @@ class Frame(BaseModel):
     code: str | None = None
     in_torch: bool
 
+    def in_generated_code(self) -> bool:
+        """A frame of code Inductor generated and runs (its cache: /tmp/torchinductor_<user>/...), or of an
+        FX graph module's generated forward; not a module-level frame, which is the code being loaded."""
+        path = self.file.replace("\\", "/")
+        return (bool(GENERATED_DIR.search(path)) or "<eval_with_key>" in path) and self.function != "<module>"
+
+
+# Inductor's cache of generated code (/tmp/torchinductor_<user>/...), not a file named test_torchinductor.py
+GENERATED_DIR = re.compile(r"(?:^|/)torchinductor[^/]*/")
+
 
 class FailureRecord(BaseModel):
     exception_type: str | None
