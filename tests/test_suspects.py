@@ -55,6 +55,24 @@ def test_a_failed_comparison_has_no_suspect_in_torch_testing():
     assert exception_suspects(stderr) == []
 
 
+def test_code_inductor_generated_that_raised_leaves_no_caller_as_suspect():
+    # tests/data/corpus local samples (torch 2.13 CPU): the generated C++ kernel throws, and an FX graph's
+    # generated forward calls torch._assert
+    from corpus_samples import BY_ID
+
+    thrown = BY_ID["local-rt_inductor_cpp_runtime_error"]["text"]
+    assert "subclass_codegen.py:codegen(" in thrown and "runtime_wrappers.py" in thrown
+    assert exception_suspects(thrown) == []  # AOTAutograd's wrappers only ran the kernel; localize finds its maker
+    asserted = exception_suspects(BY_ID["local-rt_backend_runtime_assert"]["text"])
+    assert [(s.file, s.function) for s in asserted] == [("torch/__init__.py", "_assert")]  # called by the code
+    # a torch frame under a name torch made up for generated code is no file to open
+    made_up = ('Traceback (most recent call last):\n'
+               '  File "/v/torch/_functorch/_aot_autograd/subclass_codegen.py:codegen(x)", line 8, in _rw\n'
+               '  File "/v/torch/_functorch/_aot_autograd/runtime_wrappers.py", line 9, in runtime_wrapper\n'
+               '    raise RuntimeError("boom")\nRuntimeError: boom\n')
+    assert [s.file for s in exception_suspects(made_up)] == ["torch/_functorch/_aot_autograd/runtime_wrappers.py"]
+
+
 def test_a_bisected_lowering_ranks_the_helpers_the_failing_run_called():
     """pow's lowering refers to pow_recursive and pow_native (used by nothing else); a run with an integer
     exponent calls only pow_recursive, so only it follows pow once calls were counted."""

@@ -130,10 +130,19 @@ def _first_line(node: ast.FunctionDef) -> int:
 
 
 def exception_suspects(error_text: str) -> list[Suspect]:
-    """The innermost torch frames of the first exception raised inside torch, plumbing skipped."""
+    """The innermost torch frames of the first exception raised inside torch, plumbing skipped; none above
+    generated code that raised."""
     parsed = parse(error_text)
     for block in parsed.blocks:
-        frames = [f for f in block.frames if f.in_torch]
+        generated = [i for i, f in enumerate(block.frames) if f.in_generated_code()]
+        if generated:
+            # raised in (or under) code Inductor generated: the torch frames that called it only run it;
+            # what generated it is localize's to find
+            frames = [f for f in block.frames[generated[-1] + 1:] if f.in_torch]
+            if not frames:
+                return []
+        else:
+            frames = [f for f in block.frames if f.in_torch]
         if not frames:
             continue
         exc = block.exc
@@ -141,8 +150,8 @@ def exception_suspects(error_text: str) -> list[Suspect]:
         out: list[Suspect] = []
         for depth, frame in enumerate(reversed(frames)):
             rel = relative_torch_path(frame.file)
-            if PLUMBING_FILES.search(rel) or PLUMBING_FUNCTIONS.match(frame.function):
-                continue
+            if PLUMBING_FILES.search(rel) or PLUMBING_FUNCTIONS.match(frame.function) or not rel.endswith(".py"):
+                continue  # plumbing, or code torch generated under a made-up name (`subclass_codegen.py:codegen(...)`)
             why = (f"innermost torch frame of {raised}" if not out else
                    f"calls the frame above ({depth} frame(s) out from where {raised} was raised)")
             out.append(Suspect(file=rel, line=frame.line, function=frame.function, why=why))
