@@ -343,3 +343,20 @@ def test_one_expression_helpers_are_inlined_and_unread_attributes_are_dead():
     assert "def twice" in inlined
     assert inlined_calls("def f(*a):\n    return a\nf(1)\n") == []
     assert inlined_calls("def f(a, b=1):\n    return a\nf(1)\n") == []
+
+
+def test_the_compiler_settings_a_reduction_must_keep():
+    from pt2_bug_basher.reduce.source import compiler_settings
+
+    # the user-agent journal's repro lost backend="eager": the reduction then ran Inductor instead
+    repro = ('import torch\n'
+             '@torch.compile(backend="inductor", fullgraph=True)\n'
+             'def f(x):\n    return x\n'
+             'g = torch.compile(lambda x: x, backend="eager", dynamic=False, mode=None)\n'
+             'h = torch._dynamo.optimize("eager")(f)\n')
+    kept = compiler_settings(repro)
+    assert kept == {"backend='inductor'", "fullgraph=True", "backend='eager'", "dynamic=False", "mode=None"}
+    dropped = repro.replace(', backend="eager"', "")
+    assert not kept <= compiler_settings(dropped)
+    assert kept <= compiler_settings(repro.replace("    return x\n", "    return x + 1\n"))
+    assert compiler_settings("torch.compile(f)\n") == frozenset() and compiler_settings("def (") == frozenset()

@@ -44,6 +44,24 @@ from pt2_bug_basher.reduce.ladder import Reference
 ProgressFn = Callable[[str], Awaitable[None]]
 PROGRESS_EVERY_S = 10.0
 _COMPILE_MARKERS = ("compile(", "optimize(", "export(", "_dynamo", "aot_")
+# torch.compile's arguments that choose what runs: a candidate that drops or changes one tests another compiler
+_COMPILER_KEYWORDS = ("backend", "mode", "fullgraph", "dynamic", "options")
+
+
+def compiler_settings(source: str) -> frozenset[str]:
+    """`backend='eager'` and the like, as the script passes them to torch.compile (or optimize) calls."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return frozenset()
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            if name in ("compile", "optimize"):
+                found |= {f"{k.arg}={ast.unparse(k.value)}" for k in node.keywords if k.arg in _COMPILER_KEYWORDS}
+    return frozenset(found)
 
 
 @dataclass
@@ -97,6 +115,8 @@ class SourceReducer:
         self._phase = "start"
         self._markers = [m for m in _COMPILE_MARKERS if m in ref.script.read_text(errors="replace")] \
             if static_filter and ref.script.exists() else []
+        self._static_filter = static_filter
+        self._settings: frozenset[str] = frozenset()  # the compiler settings of the source being reduced
         self._extra_path = [str(ref.script.parent)]
 
     # -- the predicate ---------------------------------------------------------------
@@ -114,6 +134,11 @@ class SourceReducer:
             return self.cache[key]
         if self._markers and not any(m in source for m in self._markers):
             # it no longer reaches the compiler at all: cannot fail the case's way
+            self.stats.static_rejects += 1
+            self.cache[key] = False
+            return False
+        if self._settings and not self._settings <= compiler_settings(source):
+            # backend="eager" dropped: Inductor would run instead, a heavier repro of another setup
             self.stats.static_rejects += 1
             self.cache[key] = False
             return False
@@ -180,6 +205,7 @@ class SourceReducer:
         """Reduce source; returns the smallest interesting source (None if the start is not; the start
         itself when the budget ran out before any candidate ran)."""
         start = normalise_source(source)
+        self._settings = compiler_settings(start) if self._static_filter else frozenset()
         self._phase = "checking the original"
         if not await self.interesting(start):
             if self.stats.budget_exhausted and self.stats.evaluations == 0:
