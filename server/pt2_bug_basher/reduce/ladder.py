@@ -295,7 +295,7 @@ async def localize(
     judged = minimal.judge(script.read_text(errors="replace"))
     if judged.small and not judged.minimal and 'mode="source"' in minify_call:
         result.next_step = (f"The repro is small already ({judged.describe()}): "
-                            f'minify(case_id="{cid}", mode="auto") polishes it in at most '
+                            f'minify(case_id="{cid}", mode="auto") polishes it within a budget of about '
                             f"{judged.polish_budget_s:.0f} s and completes step 3 ({minify_call} would take "
                             "the whole budget).")
     if judged.minimal:
