@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -63,6 +64,12 @@ def test_code_inductor_generated_that_raised_leaves_no_caller_as_suspect():
     thrown = BY_ID["local-rt_inductor_cpp_runtime_error"]["text"]
     assert "subclass_codegen.py:codegen(" in thrown and "runtime_wrappers.py" in thrown
     assert exception_suspects(thrown) == []  # AOTAutograd's wrappers only ran the kernel; localize finds its maker
+    # the same code generated under a case's own Inductor caches (runs and bisection trials)
+    generated = re.search(r'File "(/tmp/torchinductor[^"]+)", line \d+, in call', thrown)
+    assert generated is not None
+    for cache in ("inductor-cache", "bisect-cache"):
+        moved = thrown.replace(generated.group(1), f"/w/.pt2-bug-basher/cases/c-1/{cache}/eh/ceh.py")
+        assert exception_suspects(moved) == [], cache
     asserted = exception_suspects(BY_ID["local-rt_backend_runtime_assert"]["text"])
     assert [(s.file, s.function) for s in asserted] == [("torch/__init__.py", "_assert")]  # called by the code
     # a torch frame under a name torch made up for generated code is no file to open

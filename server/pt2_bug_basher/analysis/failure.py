@@ -52,8 +52,13 @@ class Frame(BaseModel):
         return (bool(GENERATED_DIR.search(path)) or "<eval_with_key>" in path) and self.function != "<module>"
 
 
-# Inductor's cache of generated code (/tmp/torchinductor_<user>/...), not a file named test_torchinductor.py
-GENERATED_DIR = re.compile(r"(?:^|/)torchinductor[^/]*/")
+# the Inductor cache directories (TORCHINDUCTOR_CACHE_DIR) of a case's runs and of its bisection's trials,
+# in the case's directory
+CASE_INDUCTOR_CACHE = "inductor-cache"
+CASE_BISECT_CACHE = "bisect-cache"
+# Inductor's cache of generated code: the default /tmp/torchinductor_<user>/..., or a case's; not a file named
+# test_torchinductor.py
+GENERATED_DIR = re.compile(rf"(?:^|/)(?:torchinductor[^/]*|{CASE_INDUCTOR_CACHE}|{CASE_BISECT_CACHE})/")
 
 
 class FailureRecord(BaseModel):

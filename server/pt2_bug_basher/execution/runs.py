@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from pt2_bug_basher.analysis.failure import CASE_INDUCTOR_CACHE
 from pt2_bug_basher.case.pages import read_tail
 from pt2_bug_basher.case.store import CaseRecord, Store, new_id
 from pt2_bug_basher.domain.errors import InvalidInput
@@ -43,7 +44,7 @@ CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
 def private_cache_env(store: Store, case_id: str) -> dict[str, str]:
     """The case's own Inductor cache directory, so no state (compiled graphs, the compiler bisector's
     files) leaks between cases or into other processes on the machine, and none leaks in."""
-    return {CACHE_ENV: str(store.case_dir(case_id) / "inductor-cache")}
+    return {CACHE_ENV: str(store.case_dir(case_id) / CASE_INDUCTOR_CACHE)}
 
 
 async def ignore_progress(message: str) -> None:

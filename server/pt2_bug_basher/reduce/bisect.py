@@ -28,6 +28,7 @@ from anyio.abc import TaskGroup
 from pydantic import BaseModel
 
 from pt2_bug_basher.analysis.compare import RERUN_OR_ACCURACY, run_failure, same_failure
+from pt2_bug_basher.analysis.failure import CASE_BISECT_CACHE
 from pt2_bug_basher.analysis.suspects import helper_candidates, module_name
 from pt2_bug_basher.case.store import CaseRecord, Store, new_id
 from pt2_bug_basher.domain.bisection import Application, BisectReport, BisectTrial, CodegenCall, SourceSite
@@ -146,7 +147,7 @@ def parse_trace(stderr: str, subsystem: str) -> list[Application]:
 
 def trial_env(store: Store, case: CaseRecord, ref: Reference) -> dict[str, str]:
     """What every trial shares (read by torch at import: a fork server's own environment)."""
-    return {**ref.env, CACHE_ENV: str(store.case_dir(case.case_id) / "bisect-cache"), **TRIAL_CACHES}
+    return {**ref.env, CACHE_ENV: str(store.case_dir(case.case_id) / CASE_BISECT_CACHE), **TRIAL_CACHES}
 
 
 async def start_trial_server(store: Store, case: CaseRecord, ref: Reference, task_group: TaskGroup,
@@ -171,7 +172,7 @@ class _Trials:
                  progress: ProgressFn, deadline: float, limiter: anyio.CapacityLimiter) -> None:
         self.store, self.case, self.ref, self.script, self.backend = store, case, ref, script, backend
         self.cwd, self.progress, self.deadline = cwd, progress, deadline
-        self.cache_dir = store.case_dir(case.case_id) / "bisect-cache"
+        self.cache_dir = store.case_dir(case.case_id) / CASE_BISECT_CACHE
         self.limiter = limiter
         self.trials: list[BisectTrial] = []
         self.timeout = run_timeout(ref)
