@@ -1030,3 +1030,18 @@ def test_a_guard_dynamo_failed_to_build_is_dynamo_internal_and_a_shape_env_guard
     assert c.category == "dynamo_internal" and c.evidence[0].rule == "guard_build_failed", c
     shape_env = head.replace("TENSOR_SUBCLASS_METADATA_MATCH", "SHAPE_ENV").replace("L['t']", "")
     assert classify(shape_env, text_model=None).category == "dynamic_shapes"
+
+
+def test_dynamos_entry_frames_tell_no_phase() -> None:
+    # the head of examples/runtime_error.py's traceback (torch 2.13 CPU), cut below eval_frame's _fn: the same
+    # frames start a compile and a run of the compiled code, so no phase is read from them
+    site = "/v/lib/python3.11/site-packages/torch/_dynamo/eval_frame.py"
+    head = ("Traceback (most recent call last):\n"
+            '  File "/w/runtime_error.py", line 27, in <module>\n    f(torch.randn(8))\n'
+            f'  File "{site}", line 1166, in compile_wrapper\n    result = fn(*args, **kwargs)\n'
+            '  File "/w/runtime_error.py", line 21, in f\n    @torch.compile(backend="inductor")\n'
+            f'  File "{site}", line 1446, in _fn\n    return fn(*args, **kwargs)\n')
+    assert classify(head, text_model=None).phase is None
+    below = head + ('  File "/v/lib/python3.11/site-packages/torch/_functorch/aot_autograd.py", line 1277, '
+                    'in forward\n    return compiled_fn(full_args)\n')
+    assert classify(below, text_model=None).phase == "runtime"

@@ -627,12 +627,14 @@ def _fallback_frame_kind(f: Frame) -> str:
 
 
 def _phase_from_kinds(kinds: list[str]) -> str | None:
+    """The phase of the innermost frame that tells one; Dynamo's entry points (eval_frame's compile_wrapper
+    and _fn) run both the compiling and the compiled code, so they tell none."""
     for k in reversed(kinds):
         if k in ("generated", "runtime"):
             return "runtime"
         if k in ("compile", "triton"):
             return "backend_compile"
-        if k in ("trace", "dynamo_internal", "dynamo_outer", "export"):
+        if k in ("trace", "dynamo_internal", "export"):
             return "trace"
     return None
 
