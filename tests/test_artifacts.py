@@ -619,3 +619,29 @@ torch._inductor.exc.InductorError: LoweringException: AssertionError: boom
     dynamo = traceback.replace("torch/_inductor/lowering.py", "torch/_functorch/_aot_autograd/x.py").replace(
         "_compile_fx_inner", "compile_fx").replace("InductorError: LoweringException", "Unsupported")
     assert locate_failure(dynamo, graphs, stamp, "case-x", stamp.name, 1, None).graph is None
+
+
+def test_a_wrong_result_from_before_inductor_sends_to_the_graph_not_the_kernel():
+    # the second user-agent journal: a decomposition bug's artifacts step asked to check each kernel line
+    from pt2_bug_basher.artifacts.accuracy import OutputKernel
+    from pt2_bug_basher.artifacts.collect import CollectArtifactsResult
+    from pt2_bug_basher.artifacts.graphs import GraphSummary
+    from pt2_bug_basher.artifacts.locate import FailureLocation
+    from pt2_bug_basher.steps.artifacts import _accuracy_next_step
+
+    graph = GraphSummary(name="model__0_inference_0.0", role="inference", dir_uri="case://c/artifacts/a/g/",
+                         files=["fx_graph_transformed.py", "output_code.py"])
+    result = CollectArtifactsResult(
+        case_id="c", run_id="r", script="/w/repro.py", command=[], env_added={}, exit="exit 1", failed=True,
+        duration_s=1.0, debug_dir="/w/d", index="case://c/artifacts/a/index.json", graph_count=1, graphs=[graph],
+        kernel_count=1, files_total=2, files_by_kind={}, files=[], stdout="", stderr="", next_step="")
+    kernel = OutputKernel(graph=graph.name, name="cpp_fused_hardsigmoid_mul_0", kind="cpp", role="writes output 0",
+                          aten_ops=["aten.clamp_max"], call_line=40, line=33, output_code="case://c/artifacts/a/oc")
+    failure = FailureLocation(accuracy=True, output_kernels=[kernel], how="")
+    before = _accuracy_next_step(result, failure.model_copy(update={"localized": "decompositions"}), "next()",
+                                 True, None)
+    assert before.startswith("A wrong result, which localize put in decompositions, before Inductor")
+    assert "fx_graph_transformed.py in case://c/artifacts/a/g/" in before and "check each line" not in before
+    assert before.endswith("Then: next()")
+    inductor = _accuracy_next_step(result, failure.model_copy(update={"localized": "Inductor"}), "next()", True, None)
+    assert "check each line of the kernel" in inductor and "case://c/artifacts/a/oc line 33" in inductor

@@ -207,6 +207,13 @@ def _accuracy_next_step(result: CollectArtifactsResult, failure: FailureLocation
     feeders = f", fed by {', '.join(fed)}" if fed else ""
     beside = (f" and, in {graph_dir}, fx_graph_transformed.py (the post-grad graph) and ir_post_fusion.txt "
               "(each kernel's loop body)") if graph_dir else ""
+    if failure.localized and failure.localized != "Inductor":
+        # the wrong values come from before Inductor: its kernels only carry them, so its graphs come first
+        graph = (f"fx_graph_transformed.py in {graph_dir} (the graph Inductor received, after decompositions and "
+                 "passes)") if graph_dir else "the graph Inductor received"
+        return (f"A wrong result, which localize put in {failure.localized}, before Inductor: {named} only carry "
+                f"the wrong values. Read {graph} for the ops that compute {which}, against what they compute in "
+                f"eager; collect_debug_artifacts with trace=True shows the earlier graphs. Then: {after}")
     text = (f"A wrong result: {which} of graph {first.graph} is written by {named}{feeders}. Read {first.output_code} "
             f"line {first.line or first.call_line} (excerpts in failure.output_kernels){beside}, and check each "
             "line of the kernel against what its ops compute in eager. ")
@@ -214,9 +221,6 @@ def _accuracy_next_step(result: CollectArtifactsResult, failure: FailureLocation
         text += f"localize found only backend='inductor' wrong, and {suspect}. "
     elif failure.localized == "Inductor":
         text += "localize found only backend='inductor' wrong: find the lowering or codegen that emits the bad line. "
-    elif failure.localized:
-        text += (f"localize put the failure in {failure.localized}, before Inductor: the kernels only carry the wrong "
-                 "values; look at that layer's graph (collect_debug_artifacts with trace=True). ")
     elif reproduced:
         text += f'Confirm that only Inductor is wrong with localize(case_id="{result.case_id}"). '
     else:
