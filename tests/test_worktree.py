@@ -76,6 +76,9 @@ async def test_the_test_fails_on_main_in_a_worktree(mini: Mini):
     path = Path(data["worktree"])
     assert path == (mini.config.state_dir / "worktrees" / f"{case_id}-main").resolve()
     assert data["commit"] == git(mini.repo, "rev-parse", "main").strip()
+    # the work branch has no commit of its own here: the result says the check runs the code it is on
+    assert git(mini.repo, "rev-parse", "HEAD").strip() == data["commit"]
+    assert any(n.startswith("main is the commit the repository is on") for n in data["notes"]), data["notes"]
     assert data["outcome"] == "failed" and data["failure"]["exception_type"].endswith("ValueError")
     # The worktree really is main, with the registered test copied in.
     assert str(path) in git(mini.repo, "worktree", "list")
@@ -118,6 +121,8 @@ async def test_a_test_passing_on_main_stops_the_case(mini_branch_bug: Mini):
     await register(mini, case_id)
     data = (await call(mini, "make_worktree", case_id=case_id, action="create", ref="main")).structured_content
     assert data["ok"] is False and data["outcome"] == "passed" and data["recorded"] is True
+    assert git(mini.repo, "rev-parse", "HEAD").strip() != data["commit"]
+    assert not any("the commit the repository is on" in n for n in data["notes"]), data["notes"]
     assert data["stopped"] and "passes on main" in data["stopped"]
     assert "may not capture the bug, or it is already fixed" in data["next_step"]
     status = (await call(mini, "get_workflow", case_id=case_id)).structured_content["case"]

@@ -156,6 +156,14 @@ def resolve_commit(repo: Any, ref: str) -> str:
         ) from None
 
 
+def head_commit(repo_dir: Path) -> str | None:
+    """The commit the repository's working tree is on; None when git cannot tell (no commit yet)."""
+    try:
+        return resolve_commit(open_repo(repo_dir), "HEAD")
+    except (NotFound, InvalidInput):
+        return None
+
+
 def _changed_files(repo_dir: Path, allowed: set[str]) -> list[str]:
     """Files changed in a worktree (status --porcelain), apart from the allowed ones."""
     import git

@@ -73,6 +73,11 @@ async def make_worktree(state: AppState, case_id: str, action: str = "create", r
         test=test.node_id, linked_build_outputs=len(record.linked), replaced=created.replaced, notes=notes,
         next_step="",
     )
+    if await anyio.to_thread.run_sync(worktrees.head_commit, Path(case.repo)) == record.commit:
+        result.notes.append(
+            f"{ref} is the commit the repository is on ({record.commit[:12]}): your branch has no commit of its own "
+            f"yet, so the check runs the code you are on without your uncommitted edits; failing here says the bug "
+            f"is on {ref} already.")
     timeout = check_timeout(timeout_s)
     if torch_from_repo:
         await _check_torch_source(state, case, cwd, env_add, created.path, result, timeout)
