@@ -144,3 +144,22 @@ async def test_celebrate_summary_is_paste_ready_and_fits_a_cpu_dynamo_case(mini:
     assert any("Dynamo" in c or "guard" in c for c in fitting)
     triton = next(c for c in celebrations() if "Triton" in c.text)
     assert not triton.fits_case(facts) and triton.fits_case({**facts, "device": {"gpu"}, "layer": {"inductor"}})
+
+
+def test_a_new_test_file_is_part_of_the_change_and_other_untracked_files_are_not():
+    # the second user-agent journal: the summary's change list left out the new, untracked test file
+    from pt2_bug_basher.analysis.review import FileStat
+    from pt2_bug_basher.steps.celebrate import CelebrateResult, _markdown
+
+    node = "test/test_decomp.py::DecompOneOffTests::test_hardsigmoid"
+    result = CelebrateResult(
+        case_id="c", root_cause="r" * 20, fix_summary="f" * 20, lines_changed=37, test_added=node,
+        tests_added=[node], failed_before="AssertionError: x", tests_verified=[], waivers=[], celebration="",
+        summary="", next_step="",
+        diff_stat=[FileStat(path="torch/_decomp/decompositions.py", status="modified", added=1, removed=1),
+                   FileStat(path="test/test_decomp.py", status="untracked", added=35, removed=0),
+                   FileStat(path="scratch.py", status="untracked", added=1, removed=0)])
+    text = _markdown(result)
+    assert "Changed (37 lines):" in text
+    assert "- `test/test_decomp.py` (+35 -0, new)" in text and "scratch.py" not in text
+    assert "- `torch/_decomp/decompositions.py` (+1 -1)" in text

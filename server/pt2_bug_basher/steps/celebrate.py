@@ -184,10 +184,13 @@ def _code(text: str) -> str:
 
 def _markdown(r: CelebrateResult) -> str:
     out = ["## Root cause", r.root_cause, "", "## The fix", r.fix_summary, ""]
-    changed = [s for s in r.diff_stat if s.status != "untracked"]  # untracked files are not in the change yet
+    # untracked files are not in the change yet, apart from a new file that holds the case's tests
+    test_files = {node.split("::", 1)[0] for node in r.tests_added}
+    changed = [s for s in r.diff_stat if s.status != "untracked" or s.path in test_files]
     if changed:
         out.append(f"Changed ({sum(s.added + s.removed for s in changed)} lines):")
-        out.extend(f"- {_code(s.path)} (+{s.added} -{s.removed}{', ' + s.status if s.status != 'modified' else ''})"
+        labels = {"modified": "", "untracked": ", new"}  # a new test file is not in git yet: new in the PR
+        out.extend(f"- {_code(s.path)} (+{s.added} -{s.removed}{labels.get(s.status, ', ' + s.status)})"
                    for s in changed)
         out.append("")
     out.append("## Tests")
