@@ -60,3 +60,48 @@ def test_uncommitted_files_are_staged_or_edited_tracked_files(tmp_path: Path):
     assert uncommitted_files(repo) == ["new.py", "ops.py"]
     git(repo, "commit", "-q", "-am", "both")
     assert uncommitted_files(repo) == []
+
+
+OPS = '''def helper(x):
+    return x + 1
+
+
+@decorated
+def reduce_init(dtype):
+    def inner():
+        return 0
+    return inner
+'''
+
+
+def test_a_suspect_function_changed_by_a_recent_commit_is_named_and_an_old_one_is_not(tmp_path: Path):
+    from pt2_bug_basher.analysis.suspects import enclosing_function
+    from pt2_bug_basher.execution.gitstate import recent_change
+    from pt2_bug_basher.steps.localize import recently_changed
+
+    assert enclosing_function(OPS, 8) == (7, 8)  # the nested function, not its parent
+    assert enclosing_function(OPS, 9) == (5, 9)  # from the decorator down
+    assert enclosing_function(OPS, 3) == (3, 3)  # outside every function: the line alone
+    repo = tmp_path / "repo"
+    (repo / "torch").mkdir(parents=True)
+    git_init(repo)
+    (repo / "torch" / "ops.py").write_text(OPS)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "import the sources")
+    (repo / "torch" / "ops.py").write_text(OPS.replace("return 0", "return -1"))
+    git(repo, "commit", "-q", "-am", "Start reductions from -1")
+    (repo / "other.py").write_text("z = 1\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "unrelated")
+
+    change = recent_change(repo, "torch/ops.py", 5, 9)
+    assert change is not None and change.subject == "Start reductions from -1" and change.commits_before_head == 1
+    assert recent_change(repo, "torch/ops.py", 5, 9, within=1) is None  # further back than asked
+    assert recent_change(repo, "torch/ops.py", 1, 2) is None  # as old as the history: the root commit
+    ops = repo / "torch" / "ops.py"
+    ops.write_text(ops.read_text().replace("x + 1", "x + 2"))
+    assert recent_change(repo, "torch/ops.py", 1, 2) is None  # an uncommitted edit is no commit to read
+    [sentence] = recently_changed(repo, [("torch/ops.py", 8, "reduce_init.<locals>.inner"),
+                                         ("torch/ops.py", 2, "helper"), ("torch/gone.py", 1, "gone")])
+    assert sentence.startswith('reduce_init.<locals>.inner (torch/ops.py:7-8) was changed by ')
+    assert '"Start reductions from -1"' in sentence and "1 commit(s) before HEAD" in sentence

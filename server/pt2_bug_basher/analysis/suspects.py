@@ -124,7 +124,27 @@ def _helpers(site: SourceSite, what: str, calls: dict[str, int] | None) -> list[
     return out
 
 
-def _first_line(node: ast.FunctionDef) -> int:
+MAX_FUNCTION_LINES = 400
+
+
+def enclosing_function(source: str, line: int) -> tuple[int, int]:
+    """The lines (first decorator to last line) of the innermost function that holds `line`; the line alone
+    when none does, or the function is longer than MAX_FUNCTION_LINES."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return line, line
+    best = (line, line)
+    size = None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno is not None:
+            first = _first_line(node)
+            if first <= line <= node.end_lineno and (size is None or node.end_lineno - first < size):
+                best, size = (first, node.end_lineno), node.end_lineno - first
+    return best if size is not None and size < MAX_FUNCTION_LINES else (line, line)
+
+
+def _first_line(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
     """Where inspect says a function starts: its first decorator."""
     return min([node.lineno, *(d.lineno for d in node.decorator_list)])
 

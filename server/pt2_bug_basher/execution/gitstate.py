@@ -11,6 +11,8 @@ import hashlib
 import os
 import shutil
 import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from pt2_bug_basher.domain.errors import InvalidInput
@@ -90,3 +92,52 @@ def _files_hash(path: Path) -> str:
             if count >= _NON_GIT_LIMIT:
                 return digest.hexdigest()[:24]
     return digest.hexdigest()[:24]
+
+
+RECENT_COMMITS = 50  # a change this close to HEAD is worth reading first
+BLAME_TIMEOUT_S = 20
+
+
+@dataclass(frozen=True)
+class RecentChange:
+    commit: str  # abbreviated
+    subject: str
+    date: str  # YYYY-MM-DD, committer date
+    commits_before_head: int  # 0: HEAD itself
+
+
+def recent_change(repo_dir: Path, file: str, first: int, last: int,
+                  within: int = RECENT_COMMITS) -> RecentChange | None:
+    """The newest commit that changed lines first..last of `file` (as the working tree has them), when it
+    is one of the last `within` commits of HEAD; None otherwise, or when git cannot tell."""
+    import git
+
+    try:
+        repo = open_repo(repo_dir)
+        blame = repo.git.blame("-L", f"{first},{last}", "--porcelain", "--", file, kill_after_timeout=BLAME_TIMEOUT_S)
+    except (InvalidInput, git.GitCommandError):
+        return None
+    times: dict[str, int] = {}
+    boundary: set[str] = set()  # the root commit or a shallow clone's first: it brought the whole file
+    sha = None
+    for line in blame.splitlines():
+        head = line.split(" ", 1)[0]
+        if len(head) == 40 and all(c in "0123456789abcdef" for c in head):
+            sha = head
+        elif sha is not None and line.startswith("committer-time ") and set(sha) != {"0"}:
+            times[sha] = int(line.split()[1])
+        elif sha is not None and line == "boundary":
+            boundary.add(sha)
+    times = {s: t for s, t in times.items() if s not in boundary}
+    if not times:
+        return None  # every line is uncommitted, or as old as the history git has
+    newest = max(times, key=lambda s: times[s])
+    try:
+        back = int(repo.git.rev_list("--count", f"{newest}..HEAD", kill_after_timeout=BLAME_TIMEOUT_S))
+    except (git.GitCommandError, ValueError):
+        return None
+    if back >= within:
+        return None
+    commit = repo.commit(newest)
+    return RecentChange(newest[:12], commit.summary if isinstance(commit.summary, str) else commit.summary.decode(),
+                        time.strftime("%Y-%m-%d", time.gmtime(times[newest])), back)
