@@ -3,6 +3,7 @@ below the failing backend, then suspects in torch's source."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import anyio
@@ -116,6 +117,13 @@ async def localize(
         result.meaning += f" First suspect: {top.function} at {top.file}:{top.line} ({top.why})."
         if result.bisection is not None:
             result.meaning += codegen_summary(result.bisection)
+    places = [(s.file, s.line, s.function) for s in result.suspects[:MAX_BLAMED] if s.line]
+    if result.bisection is not None:
+        places += [(c.file, c.line, c.function) for c in result.bisection.codegen[:MAX_BLAMED_CODEGEN] if c.line]
+    changed = await anyio.to_thread.run_sync(recently_changed, Path(case.repo), places)
+    if changed:
+        result.meaning += f" {changed[0]}"
+        result.notes += changed[1:]
     if note := copy_note(chosen):
         result.notes.append(note)
     record = state.store.localization(case_id)
@@ -127,6 +135,35 @@ async def localize(
     if reduced.status in ("done", "waived"):  # never propose a reduction the case already has
         result.next_step = f"Step 3 is complete already ({reduced.evidence}). {status.next_step}"
     return result
+
+
+MAX_BLAMED = 3  # suspects whose recent history is read (git blame of each function, four at a time)
+MAX_BLAMED_CODEGEN = 8  # ... and code-generation functions that ran only with the culprit
+
+
+def recently_changed(repo: Path, places: list[tuple[str, int, str]]) -> list[str]:
+    """A sentence for each suspect function that one of the last commits of HEAD changed: a regression's
+    likeliest cause. Functions outside the repository, or changed long ago, say nothing."""
+    from pt2_bug_basher.analysis.suspects import enclosing_function
+    from pt2_bug_basher.execution.gitstate import RECENT_COMMITS, recent_change
+
+    functions: dict[tuple[str, int, int], str] = {}
+    for file, line, function in places:
+        path = repo / file
+        if path.is_file():
+            first, last = enclosing_function(path.read_text(errors="replace"), line)
+            functions.setdefault((file, first, last), function)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        changes = list(pool.map(lambda place: recent_change(repo, *place), functions))
+    sentences: list[str] = []
+    for ((file, first, last), function), change in zip(functions.items(), changes, strict=True):
+        if change is not None:
+            when = "HEAD itself" if change.commits_before_head == 0 else (
+                f"{change.commits_before_head} commit(s) before HEAD")
+            sentences.append(f"{function} ({file}:{first}-{last}) was changed by {change.commit} "
+                             f"\"{change.subject}\" ({change.date}, {when}, within the last {RECENT_COMMITS}): "
+                             "read that change first.")
+    return sentences
 
 
 def _reproduction_errors(state: AppState, ref: Reference) -> str:
