@@ -288,10 +288,14 @@ class _Lines:
 
 
 def strip_prefix(line: str) -> str:
-    if line and (line[0] in "[(VIWEDF" or line[0].isdigit()):
+    """The line without its log prefix; torchrun's `[rank0]:` may stand before another one (`[rank0]:E1010 ...]`)."""
+    for _ in range(2):
+        if not line or not (line[0] in "[(VIWEDF" or line[0].isdigit()):
+            break
         m = _LOG_PREFIX.match(line)
-        if m:
-            return line[m.end():]
+        if not m or not m.end():
+            break
+        line = line[m.end():]
     return line
 
 
