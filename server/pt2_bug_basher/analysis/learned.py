@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .failure import strip_prefix
+from .failure import _match_frame, strip_prefix
 
 WINDOW = 64 * 1024  # characters read back from the end of the text, as the fallback does
 MIN_PROBABILITY = 0.2  # the best class's probability needed to answer (a uniform guess over nine is 0.11)
@@ -35,14 +35,12 @@ MAX_CONFIDENCE = 0.2  # under the fallback's cap: a learned guess is the weakest
 MAX_EVIDENCE = 3
 TOKEN_PATTERN = r"[A-Za-z_][A-Za-z0-9_]{2,}"  # identifiers and words of three or more characters
 _WORD = re.compile(TOKEN_PATTERN)
+# a warning or error that torch logged (glog, as TORCH_LOGS prints, or a torch logger), or a word of failure
 _FAILURE_OUTPUT = re.compile(
-    r'^\s*File "[^"]+", line \d+'  # a traceback frame
-    r"|^\s*File \S+:\d+, in "  # IPython's
-    r"|^(?:\[rank\d+\]:)?[WEF]\d{4} [\d:.]+ +\d+ \S+\]"  # a warning or error logged by glog (TORCH_LOGS)
-    r"|\btorch\.[\w.]+: \[(?:WARNING|ERROR|CRITICAL)\]"  # ... or by a torch logger
+    r"^(?:\[rank\d+\]:)?[WEF]\d{4} [\d:.]+ +\d+ \S+\]"
+    r"|\btorch\.[\w.]+: \[(?:WARNING|ERROR|CRITICAL)\]"
     r"|(?i:error|exception|fail|assert|traceback|warn|abort|fault|mismatch|\bnan\b|recompil|guard|unsupported)",
     re.MULTILINE)
-_GLOG_PREFIX = re.compile(r"^[VIWEDF]\d{4} [\d:.]+ +\d+ [^\s\]]+\] (?:\[[\d/_]+\] )?")
 REGULARISATION_C = 10.0
 # corpus files, in the order they are read; a sample labelled `other` has no class to learn
 CORPUS_FILES = ("public.jsonl", "local.jsonl", "local_gpu.jsonl", "tuning.jsonl", "heldout.jsonl")
@@ -93,7 +91,8 @@ def load_corpus(directory: Path | None = None) -> list[LabelledText]:
 def shows_a_failure(text: str) -> bool:
     """The text is output of a failing program: a traceback frame, a warning or error that torch logged,
     or a word of failure. Code, prose, plain prints and info logs are not guessed at."""
-    return bool(_FAILURE_OUTPUT.search(_tail(text)))
+    tail = _tail(text)
+    return bool(_FAILURE_OUTPUT.search(tail)) or any(_match_frame(strip_prefix(line)) for line in tail.split("\n"))
 
 
 def _tail(text: str) -> str:
@@ -144,7 +143,7 @@ class TextModel:
         first_line_no = text.count("\n", 0, len(text) - len(tail))
         lines = tail.split("\n")
         # a line is scored on what it says after a log prefix, and only if it says some word
-        said = [(i, line, _GLOG_PREFIX.sub("", strip_prefix(line))) for i, line in enumerate(lines)]
+        said = [(i, line, strip_prefix(line)) for i, line in enumerate(lines)]
         candidates = [(i, line, words) for i, line, words in said if _WORD.search(words)]
         if not candidates:
             return []
