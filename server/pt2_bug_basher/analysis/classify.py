@@ -196,11 +196,11 @@ RULES: tuple[Rule, ...] = (
        r"(?i)max(?:imum)?[ _]abs(?:olute)?[ _](?:diff|error|err)"),
     # dynamo internal
     _r("internal_dynamo_error", "dynamo_internal", 4.0, "InternalTorchDynamoError"),
-    # the first torchdynamo's report of an error while it transformed a frame's bytecode
     # `Error while creating guard:` with a guard type other than the shape env's: Dynamo failed to build
     # one of its own guards (a SHAPE_ENV guard is the dynamic-shapes rule's)
     _r("guard_build_failed", "dynamo_internal", 2.0, "Create Function: ",
        r"Create Function: (?!SHAPE_ENV\b)[A-Z_]{4,}"),
+    # the first torchdynamo's report of an error while it transformed a frame's bytecode
     _r("torchdynamo_error_from_offset", "dynamo_internal", 2.5, "ERROR FROM offset=",
        r"^ERROR FROM offset=\d+ filename \S+ \d+ \w+"),
     # runtime crashes
