@@ -118,15 +118,20 @@ def recent_change(repo_dir: Path, file: str, first: int, last: int,
     except (InvalidInput, git.GitCommandError):
         return None
     times: dict[str, int] = {}
+    subjects: dict[str, str] = {}
     boundary: set[str] = set()  # the root commit or a shallow clone's first: it brought the whole file
     sha = None
     for line in blame.splitlines():
         head = line.split(" ", 1)[0]
         if len(head) == 40 and all(c in "0123456789abcdef" for c in head):
             sha = head
-        elif sha is not None and line.startswith("committer-time ") and set(sha) != {"0"}:
+        elif sha is None or set(sha) == {"0"}:
+            continue  # an uncommitted line
+        elif line.startswith("committer-time "):
             times[sha] = int(line.split()[1])
-        elif sha is not None and line == "boundary":
+        elif line.startswith("summary "):
+            subjects[sha] = line[len("summary "):]
+        elif line == "boundary":
             boundary.add(sha)
     times = {s: t for s, t in times.items() if s not in boundary}
     if not times:
@@ -138,6 +143,5 @@ def recent_change(repo_dir: Path, file: str, first: int, last: int,
         return None
     if back >= within:
         return None
-    commit = repo.commit(newest)
-    return RecentChange(newest[:12], commit.summary if isinstance(commit.summary, str) else commit.summary.decode(),
-                        time.strftime("%Y-%m-%d", time.gmtime(times[newest])), back)
+    return RecentChange(newest[:12], subjects.get(newest, ""), time.strftime("%Y-%m-%d", time.gmtime(times[newest])),
+                        back)
