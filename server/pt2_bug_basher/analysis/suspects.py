@@ -127,21 +127,25 @@ def _helpers(site: SourceSite, what: str, calls: dict[str, int] | None) -> list[
 MAX_FUNCTION_LINES = 400
 
 
-def enclosing_function(source: str, line: int) -> tuple[int, int]:
-    """The lines (first decorator to last line) of the innermost function that holds `line`; the line alone
-    when none does, or the function is longer than MAX_FUNCTION_LINES."""
+def function_spans(source: str) -> list[tuple[int, int]]:
+    """Every function's lines, first decorator to last line (none when the source does not parse)."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
+        return []
+    return [(_first_line(node), node.end_lineno) for node in ast.walk(tree)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno is not None]
+
+
+def enclosing_function(source: str | list[tuple[int, int]], line: int) -> tuple[int, int]:
+    """The lines of the innermost function that holds `line` (in source, or in its function_spans); the line
+    alone when none does, or the function is longer than MAX_FUNCTION_LINES."""
+    spans = function_spans(source) if isinstance(source, str) else source
+    holding = [(first, last) for first, last in spans if first <= line <= last]
+    if not holding:
         return line, line
-    best = (line, line)
-    size = None
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno is not None:
-            first = _first_line(node)
-            if first <= line <= node.end_lineno and (size is None or node.end_lineno - first < size):
-                best, size = (first, node.end_lineno), node.end_lineno - first
-    return best if size is not None and size < MAX_FUNCTION_LINES else (line, line)
+    first, last = min(holding, key=lambda span: span[1] - span[0])
+    return (first, last) if last - first < MAX_FUNCTION_LINES else (line, line)
 
 
 def _first_line(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:

@@ -144,14 +144,17 @@ MAX_BLAMED_CODEGEN = 8  # ... and code-generation functions that ran only with t
 def recently_changed(repo: Path, places: list[tuple[str, int, str]]) -> list[str]:
     """A sentence for each suspect function that one of the last commits of HEAD changed: a regression's
     likeliest cause. Functions outside the repository, or changed long ago, say nothing."""
-    from pt2_bug_basher.analysis.suspects import enclosing_function
+    from pt2_bug_basher.analysis.suspects import enclosing_function, function_spans
     from pt2_bug_basher.execution.gitstate import RECENT_COMMITS, recent_change
 
+    spans: dict[str, list[tuple[int, int]]] = {}  # each file read and parsed once
     functions: dict[tuple[str, int, int], str] = {}
     for file, line, function in places:
         path = repo / file
-        if path.is_file():
-            first, last = enclosing_function(path.read_text(errors="replace"), line)
+        if file not in spans and path.is_file():
+            spans[file] = function_spans(path.read_text(errors="replace"))
+        if file in spans:
+            first, last = enclosing_function(spans[file], line)
             functions.setdefault((file, first, last), function)
     with ThreadPoolExecutor(max_workers=4) as pool:
         changes = list(pool.map(lambda place: recent_change(repo, *place), functions))
