@@ -178,9 +178,10 @@ async def run_repro(
         for index in range(total):
             group.start_soon(one, index)
 
-    parsed = [RunVerdict(r) for r in results[:repeat] if r is not None]
-    off_result = results[repeat] if differential else None
-    compile_off = RunVerdict(off_result) if off_result is not None else None
+    # in a worker thread: reading the runs' output, and a learned guess may fit its model (once per process)
+    verdicts = await anyio.to_thread.run_sync(lambda: [RunVerdict(r) if r is not None else None for r in results])
+    parsed = [v for v in verdicts[:repeat] if v is not None]
+    compile_off = verdicts[repeat] if differential else None
     for p in [*parsed, *([compile_off] if compile_off else [])]:
         store.set_run_result(p.result.run_id, {
             "failed": p.failed, "signature": p.signature, "category": p.classification.category, **(run_note or {}),
@@ -258,7 +259,7 @@ async def _logged_reruns(
     async with anyio.create_task_group() as group:
         for index in range(repeat):
             group.start_soon(one, index)
-    logged = [RunVerdict(r) for r in results if r is not None]
+    logged = await anyio.to_thread.run_sync(lambda: [RunVerdict(r) for r in results if r is not None])
     for v in logged:
         store.set_run_result(v.result.run_id, {
             "failed": v.failed, "signature": v.signature, "category": v.classification.category, **run_note,
