@@ -4,6 +4,8 @@ call the server itself writes (step table, gates, category diagnostics) passes t
 from __future__ import annotations
 
 import sys
+import sysconfig
+from pathlib import Path
 
 import anyio
 import pytest
@@ -183,4 +185,17 @@ async def test_classify_error_says_a_learned_guess_is_a_guess_and_its_calls_are_
     assert data["next_step"].startswith("The category is a guess (confidence ")
     assert problems(data["diagnostic"], schemas) == [], data["diagnostic"]
     assert data["diagnostic"] in data["next_step"]
+    assert problems(data["next_step"], schemas) == [], data["next_step"]
+
+
+@pytest.mark.anyio
+async def test_classify_error_names_the_pasted_tracebacks_environment_in_a_call_the_server_takes(server, schemas):
+    site = Path(sysconfig.get_paths()["purelib"])  # this interpreter's own site-packages: on this machine
+    text = (f'  File "{site}/torch/_inductor/compile_fx.py", line 1040, in compile_fx_inner\n'
+            "torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:\nRuntimeError: boom\n")
+    async with Client(server) as client:
+        result = await client.call_tool("classify_error", {"text": text})
+    data = result.structured_content
+    assert data["category"] == "backend_compiler_failed"
+    assert 'check_env(python="' in data["next_step"], data["next_step"]
     assert problems(data["next_step"], schemas) == [], data["next_step"]

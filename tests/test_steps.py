@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -51,6 +52,24 @@ async def test_classify_a_text_without_a_case(state: AppState) -> None:
     assert result.next_step.endswith(f"then run the diagnostic: {result.diagnostic}")
     with pytest.raises(InvalidInput, match="exactly one of text"):
         await classify.classify_error(state)
+
+
+async def test_a_pasted_traceback_names_its_environment_when_it_is_on_this_machine(
+        state: AppState, this_venv: Path, tmp_path: Path) -> None:
+    script = tmp_path / "refused.py"
+    script.write_text("import torch\n\ndef refuse(gm, example_inputs):\n    raise RuntimeError('no graph')\n\n"
+                      "torch.compile(lambda x: x.sin() + 1, backend=refuse)(torch.ones(3))\n")
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert run.returncode != 0 and "site-packages/torch/_dynamo" in run.stderr
+    python = this_venv / "bin" / "python"
+    here = await classify.classify_error(state, text=run.stderr)
+    assert here.category == "backend_compiler_failed"
+    assert here.next_step.startswith(f"The traceback's torch is installed in the environment of {python}")
+    assert f'check_env(python="{python}")' in here.next_step
+    # the same traceback from another machine: its environment is not here, nothing is named
+    elsewhere = run.stderr.replace(str(this_venv), "/opt/elsewhere/venv")
+    away = await classify.classify_error(state, text=elsewhere)
+    assert away.category == "backend_compiler_failed" and away.next_step.startswith("Open a case with check_env() ")
 
 
 async def test_reproduce_a_failing_script_records_the_reproduction(state: AppState) -> None:

@@ -78,6 +78,22 @@ def _env_python(prefix: Path) -> Path:
     raise InvalidInput(f"the environment at {prefix} has no bin/python; is it a conda env or virtualenv?")
 
 
+# a frame of torch installed in an environment: <prefix>/lib/python3.X/site-packages/torch/...
+_INSTALLED_TORCH_FRAME = re.compile(r"^(?P<prefix>/.+?)/lib/python3\.\d+/(?:site|dist)-packages/torch/")
+
+
+def interpreter_of_frames(files: list[str]) -> Path | None:
+    """The interpreter of the environment whose installed torch the frames run in, when that environment
+    exists on this machine (a traceback pasted from here names it; one from elsewhere does not)."""
+    prefixes = [m["prefix"] for f in files if (m := _INSTALLED_TORCH_FRAME.match(f.replace("\\", "/")))]
+    for prefix in dict.fromkeys(prefixes):  # the first environment named, checked once
+        try:
+            return _env_python(Path(prefix))
+        except InvalidInput:
+            continue
+    return None
+
+
 def active_environment(environ: dict[str, str]) -> tuple[str, Path] | None:
     """(name, prefix) of the conda env or virtualenv active in environ."""
     if environ.get("CONDA_PREFIX"):

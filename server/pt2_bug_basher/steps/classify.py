@@ -16,6 +16,7 @@ from pt2_bug_basher.domain.calls import format_call
 from pt2_bug_basher.domain.errors import InvalidInput
 from pt2_bug_basher.domain.evidence import ClassifyEvidence, EvidenceLineRecord, ReproduceEvidence, Suspect
 from pt2_bug_basher.domain.names import Step, ToolName
+from pt2_bug_basher.execution.environment import interpreter_of_frames
 from pt2_bug_basher.playbooks import PLAYBOOKS, CategoryGuide, diagnostic_call, focus, guide, layer_of
 from pt2_bug_basher.reduce.ladder import PROBES
 
@@ -82,7 +83,8 @@ async def classify_error(
     )
     if case_id is None:
         out.diagnostic = diagnostic_call(result.category, None, script)
-        out.next_step = _without_a_case(result.category, out.diagnostic) if result.category != "unknown" else (
+        python = await anyio.to_thread.run_sync(_interpreter_in, text or "")
+        out.next_step = _without_a_case(result.category, out.diagnostic, python) if result.category != "unknown" else (
             "The text shows no known failure pattern. Pass the full stderr (the last exception and the "
             "lines before it), or reproduce it with run_with_logs and classify the run_id.")
         out.next_step = _caveat(result) + out.next_step
@@ -120,11 +122,23 @@ async def classify_error(
     return out
 
 
-def _without_a_case(category: str, diagnostic: str) -> str:
-    """The calls that lead to the diagnostic from text alone: a case first, and a reproduction unless the
-    diagnostic run is the reproduction (run_with_logs records one)."""
+def _interpreter_in(text: str) -> Path | None:
+    """The environment the pasted traceback ran in, when it is on this machine."""
+    from pt2_bug_basher.analysis.failure import parse
+
+    return interpreter_of_frames([f.file for f in parse(text).all_frames()])
+
+
+def _without_a_case(category: str, diagnostic: str, python: Path | None = None) -> str:
+    """The calls that lead to the diagnostic from text alone: a case first (in the traceback's environment
+    when that is on this machine), and a reproduction unless the diagnostic run is the reproduction
+    (run_with_logs records one)."""
     tool = (PLAYBOOKS.get(category) or PLAYBOOKS["unknown"]).diagnostic.tool
-    opening = f"Open a case with {format_call(ToolName.check_env)} (it returns the case_id)"
+    if python is None:
+        opening = f"Open a case with {format_call(ToolName.check_env)} (it returns the case_id)"
+    else:
+        opening = (f"The traceback's torch is installed in the environment of {python}, on this machine: open a "
+                   f"case there with {format_call(ToolName.check_env, python=str(python))} (it returns the case_id)")
     if tool == ToolName.run_with_logs:
         return f"{opening}, then run the diagnostic, which also reproduces the failure: {diagnostic}"
     reproduce = format_call(ToolName.run_with_logs, case_id="<case_id>", script="<repro.py>", repeat=2)
