@@ -360,3 +360,30 @@ def test_the_compiler_settings_a_reduction_must_keep():
     assert not kept <= compiler_settings(dropped)
     assert kept <= compiler_settings(repro.replace("    return x\n", "    return x + 1\n"))
     assert compiler_settings("torch.compile(f)\n") == frozenset() and compiler_settings("def (") == frozenset()
+
+
+async def test_a_candidate_running_at_the_deadline_is_stopped_there_and_not_judged(tmp_path):
+    import time
+
+    from pt2_bug_basher.reduce.evaluate import FreshEvaluator
+    from pt2_bug_basher.reduce.ladder import Reference
+    from pt2_bug_basher.reduce.source import SourceReducer
+
+    store = Store(tmp_path / "state")
+    case = store.create_case(str(tmp_path), sys.executable, {})
+    script = tmp_path / "slow.py"
+    script.write_text("raise ValueError('boom')\n")
+    ref = Reference(case_id=case.case_id, script=script, args=[], signature=None, category="unknown",
+                    exception_type="ValueError", message="boom", env={}, duration_s=1.0, run_ids=[])
+
+    async def quiet(message: str) -> None:
+        return None
+
+    reducer = SourceReducer(ref, FreshEvaluator(case, {}, parallel=1), tmp_path / "work", cwd=tmp_path,
+                            name=script.name, timeout_s=120.0, deadline=time.monotonic() + 3.0, progress=quiet,
+                            static_filter=False)
+    started = time.monotonic()
+    assert not await reducer.interesting("import time\ntime.sleep(60)\nraise ValueError('boom')\n")
+    # stopped at the deadline (3 s), not at the candidate timeout (120 s); the verdict stays open
+    assert time.monotonic() - started < 30
+    assert reducer.stats.budget_exhausted and reducer.stats.evaluations == 1 and reducer.cache == {}

@@ -155,10 +155,16 @@ class SourceReducer:
             script = cand_dir / self.name  # same file name: the signature names the user's file
             script.write_text(source)
             started = time.monotonic()
+            # a candidate started near the deadline is stopped there, not at its full timeout: the time
+            # after the deadline is the fresh confirming run's
+            timeout_s = min(self.timeout_s, max(1.0, self.deadline - started))
             result = await self.evaluator.run(script, self.ref.args, cwd=self.cwd, out_dir=cand_dir,
-                                              timeout_s=self.timeout_s, extra_path=self._extra_path)
+                                              timeout_s=timeout_s, extra_path=self._extra_path)
             self.stats.eval_seconds += time.monotonic() - started
             self.stats.evaluations += 1
+        if result.outcome.timed_out and timeout_s < self.timeout_s:
+            self.stats.budget_exhausted = True  # cut by the budget: neither interesting nor known not to be
+            return False
         match = same_failure(run_failure(result), self.ref.failure, RERUN).level
         ok = match in ("signature", "exception")
         self.cache[key] = ok
