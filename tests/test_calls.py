@@ -199,3 +199,14 @@ async def test_classify_error_names_the_pasted_tracebacks_environment_in_a_call_
     assert data["category"] == "backend_compiler_failed"
     assert 'check_env(python="' in data["next_step"], data["next_step"]
     assert problems(data["next_step"], schemas) == [], data["next_step"]
+
+
+@pytest.mark.anyio
+async def test_classify_error_names_similar_public_reports(server):
+    from corpus_samples import HELDOUT
+
+    sample = next(d for d in HELDOUT if d["id"] == "ho-ds-01")
+    async with Client(server) as client:
+        result = await client.call_tool("classify_error", {"text": sample["text"]})
+    reports = result.structured_content["similar_reports"]
+    assert reports[0]["url"] == sample["url"] and reports[0]["label"] == sample["label"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 
 import pytest
-from corpus_samples import CORPUS, TUNING
+from corpus_samples import CORPUS, HELDOUT, TUNING
 
 from pt2_bug_basher.analysis import learned
 from pt2_bug_basher.analysis.classify import classify, guessed
@@ -102,3 +102,25 @@ def test_a_model_needs_two_labels() -> None:
     guess = two.guess("Traceback (most recent call last):\n  File \"x.py\", line 1, in f\ntriton XBLOCK launcher\n")
     assert guess is not None and guess.category == "triton" and guess.runner_up == "recompile"
     assert guess.evidence and "XBLOCK" in guess.evidence[0][1]
+
+
+def test_similar_reports_name_the_public_report_whose_text_is_closest() -> None:
+    sample = next(d for d in HELDOUT if d["id"] == "ho-ds-01")
+    text = sample["text"]
+    found = learned.default_model().similar(text)
+    assert found[0].url == sample["url"] and found[0].label == "dynamic_shapes" and found[0].similarity > 0.99
+    assert len({r.url for r in found}) == len(found) <= learned.MAX_SIMILAR
+    assert all(r.similarity >= learned.MIN_SIMILARITY for r in found)
+    # the same failure with other names and sizes still reads like it
+    renamed = text.replace("inputs", "batch").replace("(2)", "(16)")
+    assert learned.default_model().similar(renamed)[0].url == sample["url"]
+    assert learned.similar_reports("the model trains fine and the loss goes down") == []
+
+
+def test_only_public_reports_are_named_as_similar() -> None:
+    model = TextModel([LabelledText("a", "recompile", "Recompiling function f guard failed", None),
+                       LabelledText("b", "triton", "triton kernel launcher failed XBLOCK", "https://x/issues/2",
+                                    "launcher")])
+    assert model.similar("Recompiling function f guard failed") == []
+    (report,) = model.similar("triton kernel launcher failed XBLOCK")
+    assert (report.url, report.label, report.subcategory) == ("https://x/issues/2", "triton", "launcher")

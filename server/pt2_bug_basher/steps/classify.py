@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import anyio
 from pydantic import BaseModel, Field
 
+from pt2_bug_basher.analysis.learned import similar_reports
 from pt2_bug_basher.analysis.suspects import exception_suspects
 from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.case.workflow import CaseStatus, Workflow
@@ -32,6 +33,13 @@ class EvidenceLineOut(BaseModel):
     rule: str
 
 
+class SimilarReportOut(BaseModel):
+    url: str
+    label: str = Field(description="that report's category, from its maintainers' diagnosis")
+    subcategory: str
+    similarity: float = Field(description="cosine similarity of the two texts' TF-IDF vectors, 0 to 1")
+
+
 class ClassifyResult(BaseModel):
     category: str
     secondary: list[str]
@@ -47,6 +55,9 @@ class ClassifyResult(BaseModel):
         "frames that are not compile plumbing"))
     diagnostic: str = Field(description="the diagnostic to run next, as an exact tool call; with a case, never one "
                                         "the case has already run (then the workflow's next call)")
+    similar_reports: list[SimilarReportOut] = Field(default_factory=list, description=(
+        "labelled public reports whose error text reads most like this one (similarity >= 0.6, closest first): "
+        "possibly the same bug, already reported or fixed; their label is not evidence for this text's"))
     guide: CategoryGuide
     recorded: bool = Field(description="recorded as the case's classification")
     next_step: str
@@ -68,9 +79,10 @@ async def classify_error(
         text = Path(run.stderr_path).read_text(errors="replace") if run.stderr_path else ""
         exit_code, signal_name = run.exit_code, run.signal
         script = script_of(run.argv)
-    # in a worker thread: text no rule places fits the learned model once per process (about a second)
+    # in a worker thread: the learned model (the last guess, and similar reports) is fitted once per process
     result = await anyio.to_thread.run_sync(
         functools.partial(classify, text or "", exit_code=exit_code, signal_name=signal_name))
+    similar = await anyio.to_thread.run_sync(similar_reports, text or "")
     failure = result.failure
     out = ClassifyResult(
         category=result.category, secondary=list(result.secondary), confidence=result.confidence,
@@ -79,6 +91,8 @@ async def classify_error(
         exception_type=failure.exception_type if failure else None,
         signature=failure.signature if failure else None,
         suspects=exception_suspects(text or "") if result.category != "accuracy" else [],
+        similar_reports=[SimilarReportOut(url=r.url, label=r.label, subcategory=r.subcategory,
+                                          similarity=r.similarity) for r in similar],
         diagnostic="", guide=guide(result.category), recorded=False, next_step="",
     )
     if case_id is None:

@@ -32,5 +32,8 @@ def register(mcp: MCPServer, state: AppState) -> None:
         diagnostic as an exact tool call, the config knobs, the key source files and the test files.
         Pure text analysis: nothing runs. Text with no exception line that no rule places may get a
         guess learned from labelled public error text (rule fallback:learned, confidence at most 0.2),
-        and the next step says it is one. With case_id, completes the classification step."""
+        and the next step says it is one. similar_reports names labelled public reports whose text reads
+        most like this one (possibly the same bug). A pasted traceback whose torch is installed in an
+        environment on this machine gets that interpreter in its check_env call. With case_id,
+        completes the classification step."""
         return await classify.classify_error(state, case_id, text=text, run_id=run_id)
