@@ -224,7 +224,21 @@ def main() -> int:
                  for d in samples]
         naive = [naive_classify(d["text"]) for d in samples]
         table(name, samples, ours, naive, rules)
+    similar_reports_figure(heldout, groups, models)
     return 0
+
+
+def similar_reports_figure(heldout: list[dict], groups: dict[str, str], models: dict[str, TextModel]) -> None:
+    """How often classify_error's similar_reports names a report for held-out text, and how often the
+    closest one has the text's label (each sample asked of the model that never saw its batch)."""
+    named = agree = 0
+    for d in heldout:
+        found = models[groups[d["id"]]].similar(d["text"])
+        if found:
+            named += 1
+            agree += is_right(d, found[0].label)
+    print(f"\nsimilar reports on held-out text: named for {named}/{len(heldout)}; the closest one's label is "
+          f"the text's for {agree}/{named}")
 
 
 def models_leaving_out(groups: dict[str, str]) -> dict[str, TextModel]:
