@@ -200,12 +200,13 @@ def main() -> int:
     args = ap.parse_args()
 
     public, local, local_gpu = load("public.jsonl"), load("local.jsonl"), load("local_gpu.jsonl")
-    tuning, heldout = load("tuning.jsonl"), load("heldout.jsonl")
+    tuning, training, heldout = load("tuning.jsonl"), load("training.jsonl"), load("heldout.jsonl")
 
     if not args.accuracy_only:
         time_big_logs(args.calls, local)
     corpora = (("public", public), ("local", local), ("local_gpu", local_gpu), ("tuning", tuning),
                ("tuning, all (public + local + local_gpu + tuning)", public + local + local_gpu + tuning),
+               ("training (the learned guess learns from it; rules are not held to it)", training),
                ("heldout, first two batches (ho-, ho2-)", [d for d in heldout if _batch(d) in ("ho", "ho2")]),
                *((f"heldout, batch {prefix}-", [d for d in heldout if _batch(d) == prefix])
                  for prefix in sorted({_batch(d) for d in heldout} - {"ho", "ho2"}, key=lambda p: int(p[2:]))),
@@ -214,7 +215,7 @@ def main() -> int:
                 [d for d in heldout if d["hard_case"]]),
                ("heldout, all (never tuned on)", heldout))
     groups = {d["id"]: group for group, samples in (("public", public), ("local", local), ("local_gpu", local_gpu),
-                                                      ("tuning", tuning)) for d in samples}
+                                                      ("tuning", tuning), ("training", training)) for d in samples}
     groups.update({d["id"]: _batch(d) for d in heldout})
     models = models_leaving_out(groups)
     for name, samples in corpora:

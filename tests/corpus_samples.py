@@ -17,4 +17,5 @@ LOCAL = load("local.jsonl")
 LOCAL_GPU = load("local_gpu.jsonl")
 BY_ID = {d["id"]: d for d in PUBLIC + LOCAL + LOCAL_GPU}
 TUNING = load("tuning.jsonl")
+TRAINING = load("training.jsonl")  # the learned guess learns from it; the rules are not held to it
 HELDOUT = load("heldout.jsonl")  # measured only (bench/bench_classify.py), never tuned on

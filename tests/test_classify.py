@@ -8,7 +8,7 @@ bench/bench_classify.py, not here.
 from __future__ import annotations
 
 import pytest
-from corpus_samples import BY_ID, HELDOUT, LOCAL, LOCAL_GPU, PUBLIC, TUNING
+from corpus_samples import BY_ID, HELDOUT, LOCAL, LOCAL_GPU, PUBLIC, TRAINING, TUNING
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -406,7 +406,7 @@ def test_data_dependent_and_unbacked_errors_are_dynamic_shapes(line):
 
 def test_user_error_is_a_category_the_text_never_gives():
     assert "user_error" in CATEGORIES and "dynamic_shapes" in CATEGORIES
-    for d in PUBLIC + LOCAL + LOCAL_GPU + TUNING + HELDOUT:
+    for d in PUBLIC + LOCAL + LOCAL_GPU + TUNING + TRAINING + HELDOUT:
         assert classify(d["text"], d.get("exit_code"), d.get("signal_name")).category != "user_error"
 
 
@@ -497,15 +497,15 @@ TUNING_BY_ID = {d["id"]: d for d in TUNING}
 
 
 def test_every_tuning_and_heldout_sample_names_its_source():
-    for d in TUNING + HELDOUT:
+    for d in TUNING + TRAINING + HELDOUT:
         assert d["label"] and d["text"].strip(), d["id"]
         if d["id"].startswith(("tu-local-", "tu-gpu-")):
             assert d["script_name"] and d["script"] and d["source"].startswith("local torch"), d["id"]
         else:
             assert d["url"] and d["url"].startswith("https://github.com/"), d["id"]
-    ids = [d["id"] for d in TUNING + HELDOUT]
+    ids = [d["id"] for d in TUNING + TRAINING + HELDOUT]
     assert len(ids) == len(set(ids))
-    urls = [d["url"] for d in TUNING + HELDOUT + PUBLIC if d.get("url")]
+    urls = [d["url"] for d in TUNING + TRAINING + HELDOUT + PUBLIC if d.get("url")]
     assert len(urls) == len(set(urls)), "an issue is in two corpora (or twice in one)"
 
 
@@ -1045,3 +1045,24 @@ def test_dynamos_entry_frames_tell_no_phase() -> None:
     below = head + ('  File "/v/lib/python3.11/site-packages/torch/_functorch/aot_autograd.py", line 1277, '
                     'in forward\n    return compiled_fn(full_args)\n')
     assert classify(below, text_model=None).phase == "runtime"
+
+
+# --------------------------------------------------------------------------------------------
+# Tenth round (training.jsonl, tu10*-*): the CompileProfiler's recompile report, SymIntArrayRef's
+# concrete-size check, an exported program called with another number of inputs
+
+TRAINING_BY_ID = {d["id"]: d for d in TRAINING}
+
+
+def test_tenth_round_classes() -> None:
+    for sample_id, category, rule in (("tu10a-rc-05", "recompile", "profiler_recompile_report"),
+                                      ("tu10c-ds-02", "dynamic_shapes", "symint_array_not_concrete"),
+                                      ("tu10c-exp-03", "export", "exported_input_count")):
+        c = classify(TRAINING_BY_ID[sample_id]["text"], text_model=None)
+        assert c.category == category and rule in {e.rule for e in c.evidence}, (sample_id, c)
+    # the profiler's report of a run without recompiles gives no such evidence
+    quiet = "Recompilation\n-------------\nNo recompilation detected.\n"
+    assert "profiler_recompile_report" not in {e.rule for e in classify(quiet, text_model=None).evidence}
+    # a user's own input-count check is not export's
+    own = "ValueError: Unexpected number of inputs for my layer\n"
+    assert classify(own, text_model=None).category != "export"

@@ -154,6 +154,9 @@ RULES: tuple[Rule, ...] = (
        r"hit (?:config\.)?(?:recompile_limit|cache_size_limit)|(?:recompile_limit|cache_size_limit) reached"
        r"|[Rr]ecompile limit exceeded|hit recompilation cache limit|cache size limit (?:hit|reached|exceeded)"),
     _r("recompiling_function", "recompile", 2.5, "Recompiling function", r"Recompiling function \S+ in "),
+    # the CompileProfiler report (torch 2.0): a table of recompiled functions and the cache-limit advice
+    _r("profiler_recompile_report", "recompile", 3.0,
+       ("recompiled more than once due to guard failures", "to avoid being cache limited")),
     _r("guard_failure", "recompile", 2.0, "triggered by the following guard failure"),
     _r("recompiles_log", "recompile", 1.0, "[__recompiles"),
     # accuracy
@@ -263,7 +266,12 @@ RULES: tuple[Rule, ...] = (
     # an op that needs concrete sizes met a symbolic one
     _r("symbolic_sizes_call", "dynamic_shapes", 3.0, "on tensor with symbolic sizes",
        r"Cannot call \w+\(\) on tensor with symbolic sizes"),
+    # c10's SymIntArrayRef asked for concrete sizes (an op or meta kernel without symbolic-size support)
+    _r("symint_array_not_concrete", "dynamic_shapes", 3.0, "SymIntArrayRef expected to contain only concrete"),
     _r("export_call_failed", "export", 3.0, ("occurred when calling torch.export", "draft_export")),
+    # an exported program (or its unflattened module) called with other inputs than it was exported with
+    _r("exported_input_count", "export", 3.0, "Unexpected number of inputs",
+       r"Unexpected number of inputs \(expected \d+, got \d+\)"),
     _r("during_export", "export", 2.0, ("during export", "Dynamic control flow is not supported",
                                         "Mutating module attribute")),
     # outside the seven categories, but recognised

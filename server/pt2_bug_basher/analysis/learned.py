@@ -47,7 +47,7 @@ _FAILURE_OUTPUT = re.compile(
     re.MULTILINE)
 REGULARISATION_C = 10.0
 # corpus files, in the order they are read; a sample labelled `other` has no class to learn
-CORPUS_FILES = ("public.jsonl", "local.jsonl", "local_gpu.jsonl", "tuning.jsonl", "heldout.jsonl")
+CORPUS_FILES = ("public.jsonl", "local.jsonl", "local_gpu.jsonl", "tuning.jsonl", "training.jsonl", "heldout.jsonl")
 _PACKAGED_CORPUS = Path(__file__).resolve().parents[1] / "_data" / "corpus"
 _CHECKOUT_CORPUS = Path(__file__).resolve().parents[3] / "tests" / "data" / "corpus"
 
