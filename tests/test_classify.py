@@ -1060,6 +1060,22 @@ def test_tenth_round_classes() -> None:
                                       ("tu10c-exp-03", "export", "exported_input_count")):
         c = classify(TRAINING_BY_ID[sample_id]["text"], text_model=None)
         assert c.category == category and rule in {e.rule for e in c.evidence}, (sample_id, c)
+    for sample_id, category, rule in (("tu10-tr-01", "triton", "triton_pointer_argument"),
+                                      ("tu10-exp-01", "export", "exception:SpecViolationError"),
+                                      ("tu-local-acc_with_without_compile", "accuracy", "uncompiled_output_print")):
+        d = TUNING_BY_ID[sample_id]
+        text = d["text"] if rule != "triton_pointer_argument" else d["text"].splitlines()[-1]  # the launcher's line
+        c = classify(text, d.get("exit_code"), text_model=None)
+        assert c.category == category and rule in {e.rule for e in c.evidence}, (sample_id, c)
+    # Dynamo's assert about one of its variable trackers, without the frames that show where it was raised
+    assert_line = TRAINING_BY_ID["tu10a-di-02"]["text"].splitlines()[-1]
+    assert assert_line.startswith("AssertionError: <class 'torch._dynamo.variables.")
+    c = classify(assert_line, text_model=None)
+    assert c.category == "dynamo_internal" and c.evidence[0].rule == "exception:dynamo_variable_assert", c
+    assert classify("AssertionError: MyVariable must be set first\n", text_model=None).category != "dynamo_internal"
+    # printed without and with compile, the same: no evidence of a wrong result
+    same = "Without compile: tensor([0., 2.])\nWith compile: tensor([0., 2.])\n"
+    assert classify(same, 0, text_model=None).category == "unknown"
     # the profiler's report of a run without recompiles gives no such evidence
     quiet = "Recompilation\n-------------\nNo recompilation detected.\n"
     assert "profiler_recompile_report" not in {e.rule for e in classify(quiet, text_model=None).evidence}

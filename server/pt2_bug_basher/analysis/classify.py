@@ -191,6 +191,11 @@ RULES: tuple[Rule, ...] = (
        r"^\W{0,4}" + _VALUE_QUALIFIER
        + r"(?:(?:compiled|Compiled|COMPILED|compile|Compile)[ _](?:out|output|outputs|result|res)\b\s*[:=]"
        r"|(?:compiled?|Compiled?|COMPILED?|[Ii]nductor|[Oo]ptimized)(?:_\w+)?" + _PRINTED_VALUE + ")"),
+    # the same, labelled by whether compilation was on: `Without compile: 2 items`, `With torch.compile: ...`
+    _r("uncompiled_output_print", "accuracy", 1.5, ("ompile", "OMPILE"),
+       r"^\W{0,4}(?:[Ww]ithout|W/[Oo]|w/o|[Nn]o|[Nn]on)[ _-](?:torch\.)?(?:[Cc]ompiled?|COMPILED?)\s*[:=]\s*\S"),
+    _r("with_compile_output_print", "accuracy", 1.5, ("ompile", "OMPILE"),
+       r"^\W{0,4}(?:[Ww]ith|WITH)[ _](?:torch\.)?(?:[Cc]ompiled?|COMPILED?)\s*[:=]\s*\S"),
     # `print(torch.allclose(eager, compiled))` and `print("diff", (a - b).abs().max())` with nothing else
     _r("printed_false", "accuracy", 1.5, "False", r"^\s*False\s*$"),
     _r("printed_difference", "accuracy", 1.5, ("diff", "Diff", "DIFF"),
@@ -228,6 +233,8 @@ RULES: tuple[Rule, ...] = (
     _r("ptxas_error", "triton", 4.0, ("PTXASError", "ptxas"), r"PTXASError|\bptxas\b.*(?:error|fatal)"),
     _r("triton_compilation_failed", "triton", 4.0, "Triton compilation failed"),
     _r("triton_error", "triton", 2.5, "Triton Error"),
+    # Triton's launcher got a pointer it cannot read (a CPU tensor, or one of another device)
+    _r("triton_pointer_argument", "triton", 4.0, "cannot be accessed from Triton"),
     # device-side asserts raised from generated Triton kernels (Triton prints "unknown" as the kernel name)
     _r("triton_device_assert", "triton", 5.0, ("unknown: block:", "unknown: global id:"),
        r"(?:^|[\s:\]])(?:unknown:\d+|\S*torchinductor_\S+\.py:\d+|\S*triton_helpers\.py:\d+): unknown: "
@@ -310,6 +317,8 @@ _TYPE_RULES: tuple[tuple[tuple[str, ...], str, float], ...] = (
     (("Unsupported", "UncapturedHigherOrderOpError"), "graph_break", 5.0),
     (_DYNAMIC_SHAPES_TYPES, "dynamic_shapes", 5.0),
     (("UserError", "UnsupportedAliasMutationException"), "export", 5.0),
+    # torch/_export/verifier.py: an exported program breaks its own spec (state dict, signature, dialect)
+    (("SpecViolationError",), "export", 5.0),
     (("TorchRuntimeError",), "unknown", 4.0),
     (("AcceleratorError", "OutOfMemoryError"), "runtime_crash", 5.0),
 )
@@ -331,6 +340,9 @@ _DATA_DEP_MSG = re.compile(r"data-dependent|GuardOnDataDependent|unbacked", re.I
 # a generic error whose message names Inductor's own code generation (an assertion inside Inductor)
 _INDUCTOR_MSG = re.compile(r"\b(?:Triton|Cpp|SIMD|Halide)Kernel\b|\bconfig\.(?:triton|cpp)\.\w|\btorch\._inductor\.\w")
 # assert_size_stride's message (torch/_inductor, run by the generated code): `expected size 6==6, stride 4==1 at dim=0`
+# an assert in Dynamo about one of its variable trackers: `PythonModuleVariable(...) is already tracked`,
+# `<class 'torch._dynamo.variables.torch.TorchInGraphFunctionVariable'>`
+_DYNAMO_VARIABLE_MSG = re.compile(r"torch\._dynamo\.variables\.|\b[A-Z]\w*Variable\(|\bVariable(?:Tracker|Builder)\b")
 _SIZE_STRIDE_MSG = re.compile(r"^expected size \S+==\S+, stride \S+==\S+ at dim=\d+")
 _SYMBOLIC_MSG = re.compile(r"\bSym(?:Int|Float|Bool)\b|symbolic (?:sizes|strides|shapes?)\b")
 # a fake-tensor run's header alone (`Failed running call_function f(*(FakeTensor(..., size=(s0,)),), **{}):`)
@@ -519,6 +531,9 @@ def _structural(p: ParsedFailure, hits: list[_Hit], text: str = "") -> dict:
         if cat is None and final_short == "AssertionError" and _SIZE_STRIDE_MSG.search(msg):
             # the generated code checked an output's sizes and strides (assert_size_stride) as it ran
             cat, weight, rule = "runtime_crash", 5.0, "exception:size_stride_assert"
+        if cat is None and final_short == "AssertionError" and _DYNAMO_VARIABLE_MSG.search(msg[:400]):
+            # Dynamo asserted something about its own variable trackers while tracing
+            cat, weight, rule = "dynamo_internal", 5.0, "exception:dynamo_variable_assert"
         if cat is None and final_short in ("AssertionError", "Exception") and _NOT_CLOSE_MSG.search(msg):
             cat, weight, rule = "accuracy", 6.0, "exception:not_close"
         if cat is None and _CUDA_MSG.search(msg):
@@ -713,8 +728,13 @@ def _scan_lines(text: str, hits: list[_Hit]) -> None:
                 end = start if start < pos else pos
 
 
-_PRINT_RULES = ("eager_output_print", "compiled_output_print")
-_LABELLED_VALUE = re.compile(r"(?i)\b(eager|compiled?|inductor|optimized)(?:_\w+)?\b[^:=\n]{0,30}?[:=]\s*")
+_PRINT_RULES = ("eager_output_print", "compiled_output_print", "uncompiled_output_print",
+                "with_compile_output_print")
+# a printed value's label; `without compile` (and `w/o`, `no`, `non`) names the eager side
+_LABELLED_VALUE = re.compile(
+    r"(?i)\b((?:without|w/o|no|non)[ _-](?:torch\.)?compiled?|eager|compiled?|inductor|optimized)(?:_\w+)?\b"
+    r"[^:=\n]{0,30}?[:=]\s*")
+_EAGER_LABEL = re.compile(r"(?i)eager|without|w/o|no|non")
 
 
 def _printed_values_agree(hits: list[_Hit]) -> bool:
@@ -727,7 +747,7 @@ def _printed_values_agree(hits: list[_Hit]) -> bool:
             value = line[m.end():nxt.start() if nxt else len(line)].strip().rstrip(",;")
             if not value or value.count("(") != value.count(")") or value.count("[") != value.count("]"):
                 return False  # a value printed over several lines: not comparable from one line
-            values["eager" if m.group(1).lower() == "eager" else "compiled"].add(value)
+            values["eager" if _EAGER_LABEL.match(m.group(1)) else "compiled"].add(value)
     return bool(values["eager"]) and values["eager"] == values["compiled"]
 
 
