@@ -192,10 +192,12 @@ RULES: tuple[Rule, ...] = (
        + r"(?:(?:compiled|Compiled|COMPILED|compile|Compile)[ _](?:out|output|outputs|result|res)\b\s*[:=]"
        r"|(?:compiled?|Compiled?|COMPILED?|[Ii]nductor|[Oo]ptimized)(?:_\w+)?" + _PRINTED_VALUE + ")"),
     # the same, labelled by whether compilation was on: `Without compile: 2 items`, `With torch.compile: ...`
-    _r("uncompiled_output_print", "accuracy", 1.5, ("ompile", "OMPILE"),
-       r"^\W{0,4}(?:[Ww]ithout|W/[Oo]|w/o|[Nn]o|[Nn]on)[ _-](?:torch\.)?(?:[Cc]ompiled?|COMPILED?)\s*[:=]\s*\S"),
-    _r("with_compile_output_print", "accuracy", 1.5, ("ompile", "OMPILE"),
-       r"^\W{0,4}(?:[Ww]ith|WITH)[ _](?:torch\.)?(?:[Cc]ompiled?|COMPILED?)\s*[:=]\s*\S"),
+    _r("uncompiled_output_print", "accuracy", 1.5,
+       ("ithout compile", "ithout Compile", "ithout torch.compile", "o compile", "o Compile", "o torch.compile"),
+       r"^\W{0,4}(?:[Ww]ithout|w/o|[Nn]o) (?:torch\.)?[Cc]ompiled?\s*[:=]\s*\S"),
+    _r("with_compile_output_print", "accuracy", 1.5,
+       ("ith compile", "ith Compile", "ith torch.compile", "ith_compile", "WITH COMPILE"),
+       r"^\W{0,4}(?:[Ww]ith[ _](?:torch\.)?[Cc]ompiled?|WITH COMPILED?)\s*[:=]\s*\S"),
     # `print(torch.allclose(eager, compiled))` and `print("diff", (a - b).abs().max())` with nothing else
     _r("printed_false", "accuracy", 1.5, "False", r"^\s*False\s*$"),
     _r("printed_difference", "accuracy", 1.5, ("diff", "Diff", "DIFF"),
@@ -730,11 +732,11 @@ def _scan_lines(text: str, hits: list[_Hit]) -> None:
 
 _PRINT_RULES = ("eager_output_print", "compiled_output_print", "uncompiled_output_print",
                 "with_compile_output_print")
-# a printed value's label; `without compile` (and `w/o`, `no`, `non`) names the eager side
+# a printed value's label; `without compile` (and `w/o`, `no`) names the eager side
 _LABELLED_VALUE = re.compile(
-    r"(?i)\b((?:without|w/o|no|non)[ _-](?:torch\.)?compiled?|eager|compiled?|inductor|optimized)(?:_\w+)?\b"
+    r"(?i)\b((?:without|w/o|no) (?:torch\.)?compiled?|eager|compiled?|inductor|optimized)(?:_\w+)?\b"
     r"[^:=\n]{0,30}?[:=]\s*")
-_EAGER_LABEL = re.compile(r"(?i)eager|without|w/o|no|non")
+_EAGER_LABEL = re.compile(r"(?i)eager|without|w/o|no\b")
 
 
 def _printed_values_agree(hits: list[_Hit]) -> bool:
