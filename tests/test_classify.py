@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pt2_bug_basher.analysis import fallback
-from pt2_bug_basher.analysis.classify import CATEGORIES, Classification, _fallback_frame_kind, classify
+from pt2_bug_basher.analysis.classify import CATEGORIES, Classification, _fallback_frame_kind, classify, guessed
 from pt2_bug_basher.analysis.failure import Frame, parse, strip_prefix
 
 SEVEN = {"graph_break", "backend_compiler_failed", "recompile", "accuracy", "dynamo_internal",
@@ -1082,3 +1082,11 @@ def test_tenth_round_classes() -> None:
     # a user's own input-count check is not export's
     own = "ValueError: Unexpected number of inputs for my layer\n"
     assert classify(own, text_model=None).category != "export"
+
+
+def test_the_output_of_a_run_that_passed_is_not_guessed_at() -> None:
+    # a passing run's warning names torch.onnx's exporter: no export failure, whatever its words
+    warning = ("/usr/local/lib/python3.10/dist-packages/torch/onnx/_internal/exporter.py:130: UserWarning: "
+               "torch.onnx.dynamo_export only implements opset version 18 for now.\n  warnings.warn(\n")
+    assert classify(warning * 50, exit_code=0).category == "unknown"
+    assert guessed(classify(warning * 50, exit_code=1))  # a failing run's output may still be guessed at

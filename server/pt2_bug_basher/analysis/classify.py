@@ -912,8 +912,10 @@ def classify(text: str, exit_code: int | None = None, signal_name: str | None = 
     ranked = sorted((c for c in CATEGORIES if scores[c] > 0), key=lambda c: -scores[c])
     forced_secondary: list[str] = []
     # The fallback reads text that shows no exception: an exception no rule knows (a ValueError raised in
-    # user code, called from a test's assertEqual) is not guessed at.
-    guess = fallback.guess(text, _fallback_frame_kind) if not ranked and parsed.final_exc is None else None
+    # user code, called from a test's assertEqual) is not guessed at, nor is the output of a run that passed
+    # (a warning naming torch.onnx's exporter is no export failure).
+    guess = fallback.guess(text, _fallback_frame_kind) \
+        if not ranked and parsed.final_exc is None and exit_code != 0 else None
     learned_guess = None
     if guess is None and not ranked and parsed.final_exc is None and exit_code != 0 and text_model is not None:
         learned_guess = _learned_guess(text, text_model)
