@@ -22,6 +22,22 @@ EXAMPLES = REPO_ROOT / "examples"
 pytest_plugins = ["conftest_checkout"]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_model_cache(tmp_path_factory: pytest.TempPathFactory):
+    """Fitted text models go to the test run's own cache (shared by xdist workers), not the user's."""
+    from pt2_bug_basher.analysis.learned import CACHE_DIR_ENV
+
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if base.name.startswith("popen-gw") else base
+    previous = os.environ.get(CACHE_DIR_ENV)
+    os.environ[CACHE_DIR_ENV] = str(shared / "model-cache")
+    yield
+    if previous is None:
+        os.environ.pop(CACHE_DIR_ENV, None)
+    else:
+        os.environ[CACHE_DIR_ENV] = previous
+
+
 # --------------------------------------------------------------------------------------------
 # Every call a tool's result names (next_step, diagnostic, ...) must be one the server takes:
 # each structured result any test receives through mcp.Client.call_tool is checked.

@@ -124,3 +124,23 @@ def test_only_public_reports_are_named_as_similar() -> None:
     assert model.similar("Recompiling function f guard failed") == []
     (report,) = model.similar("triton kernel launcher failed XBLOCK")
     assert (report.url, report.label, report.subcategory) == ("https://x/issues/2", "triton", "launcher")
+
+
+def test_the_default_model_is_fitted_once_and_then_loaded_from_the_cache(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv(learned.CACHE_DIR_ENV, str(tmp_path))
+    learned.default_model.cache_clear()
+    try:
+        fitted = learned.default_model()
+        (saved,) = tmp_path.glob("text-model-*.pickle")
+        learned.default_model.cache_clear()
+        loaded = learned.default_model()
+        assert loaded is not fitted and loaded.sample_ids == fitted.sample_ids
+        text = TUNING_BY_ID["tu-local-rich_rc_stance"]["text"]
+        assert loaded.probabilities(text) == fitted.probabilities(text)
+        # a file cut short (a crash while writing) is fitted again and replaced
+        saved.write_bytes(saved.read_bytes()[:100])
+        learned.default_model.cache_clear()
+        assert learned.default_model().probabilities(text) == fitted.probabilities(text)
+        assert saved.stat().st_size > 1000
+    finally:
+        learned.default_model.cache_clear()

@@ -19,8 +19,12 @@ fallback's, and the failure-output gate keeps a guess off code, prose and info l
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
+import os
+import pickle
 import re
+import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +50,7 @@ _FAILURE_OUTPUT = re.compile(
     r"|(?i:error|exception|fail|assert|traceback|warn|abort|fault|mismatch|\bnan\b|recompil|guard|unsupported)",
     re.MULTILINE)
 REGULARISATION_C = 10.0
+CACHE_DIR_ENV = "PT2_BUG_BASHER_CACHE_DIR"
 # corpus files, in the order they are read; a sample labelled `other` has no class to learn
 CORPUS_FILES = ("public.jsonl", "local.jsonl", "local_gpu.jsonl", "tuning.jsonl", "training.jsonl", "heldout.jsonl")
 _PACKAGED_CORPUS = Path(__file__).resolve().parents[1] / "_data" / "corpus"
@@ -204,5 +209,44 @@ def similar_reports(text: str) -> list[SimilarReport]:
 
 @functools.cache
 def default_model() -> TextModel:
-    """The model fitted on the whole packaged corpus (about a second, once per process)."""
-    return TextModel(load_corpus())
+    """The model fitted on the whole packaged corpus, once per machine and corpus: fitting takes seconds,
+    and every command-line call is a new process, so the fitted model is kept in the cache directory
+    (``model_cache_dir()``) under a name that changes with the corpus, the settings and scikit-learn."""
+    directory = corpus_dir()
+    path = model_cache_dir() / f"text-model-{_model_key(directory)}.pickle"
+    try:
+        model = pickle.loads(path.read_bytes())
+        if isinstance(model, TextModel):
+            return model
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError, TypeError, ValueError):
+        pass  # absent, cut short by a crash, or written by another version: fit again
+    model = TextModel(load_corpus(directory))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=path.name, suffix=".tmp", delete=False) as tmp:
+            tmp.write(pickle.dumps(model, protocol=pickle.HIGHEST_PROTOCOL))
+        os.replace(tmp.name, path)  # atomic: a concurrent reader sees the old file or the whole new one
+    except OSError:
+        pass  # a read-only cache costs a fit per process, nothing else
+    return model
+
+
+def model_cache_dir() -> Path:
+    """Where fitted models are kept: $PT2_BUG_BASHER_CACHE_DIR, else the user's cache directory."""
+    if os.environ.get(CACHE_DIR_ENV):
+        return Path(os.environ[CACHE_DIR_ENV])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "pt2-bug-basher"
+
+
+def _model_key(directory: Path) -> str:
+    """Changes with the corpus files, the model's settings and scikit-learn's version."""
+    import sklearn
+
+    digest = hashlib.sha256()
+    settings = (TOKEN_PATTERN, REGULARISATION_C, MIN_SIMILARITY, sklearn.__version__, CORPUS_FILES)
+    digest.update(repr(settings).encode())
+    for name in CORPUS_FILES:
+        path = directory / name
+        digest.update(name.encode() + b"\0" + (path.read_bytes() if path.is_file() else b"") + b"\0")
+    return digest.hexdigest()[:16]
