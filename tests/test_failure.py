@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from corpus_samples import BY_ID, LOCAL, LOCAL_GPU
+from corpus_samples import BY_ID, LOCAL, LOCAL_GPU, PUBLIC
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -239,3 +239,26 @@ def test_parse_failure_never_raises(text: str, exit_code: int | None) -> None:
     if r is not None:
         assert r.message is None or len(r.message) <= 800
         assert "#" in r.signature
+
+
+def test_a_failure_raised_in_the_scripts_own_backend_names_that_backend() -> None:
+    from pt2_bug_basher.analysis.failure import own_backend_frame
+
+    site = "/v/lib/python3.11/site-packages/torch"
+    own = ("Traceback (most recent call last):\n"
+           '  File "/home/u/repro.py", line 10, in <module>\n    f(x)\n'
+           f'  File "{site}/_dynamo/output_graph.py", line 3119, in _call_user_compiler\n'
+           "    compiled_fn = compiler_fn(gm, example_inputs)\n"
+           f'  File "{site}/_dynamo/repro/after_dynamo.py", line 159, in __call__\n'
+           "    compiled_gm = compiler_fn(gm, example_inputs)\n"
+           '  File "/home/u/repro.py", line 6, in strict_backend\n    raise RuntimeError("no sin")\n'
+           "torch._dynamo.exc.BackendCompilerFailed: backend='strict_backend' raised:\nRuntimeError: no sin\n")
+    frame = own_backend_frame(own)
+    assert frame is not None and (frame.function, frame.line) == ("strict_backend", 6)
+    # Inductor's own frames below the call, or a traceback cut in a library before the exception: not so
+    inductor = own.replace('  File "/home/u/repro.py", line 6, in strict_backend\n',
+                           f'  File "{site}/_inductor/compile_fx.py", line 6, in compile_fx\n')
+    assert own_backend_frame(inductor) is None
+    cut = own.split('  File "/home/u/repro.py", line 6')[0] + '  File "/usr/lib/python3.11/contextlib.py", line 81\n'
+    assert own_backend_frame(cut) is None
+    assert not [d["id"] for d in PUBLIC + LOCAL if own_backend_frame(d["text"])]  # none of the corpus is one

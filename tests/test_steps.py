@@ -54,7 +54,7 @@ async def test_classify_a_text_without_a_case(state: AppState) -> None:
         await classify.classify_error(state)
 
 
-async def test_a_pasted_traceback_names_its_environment_when_it_is_on_this_machine(
+async def test_a_pasted_traceback_names_its_environment_and_its_own_backend(
         state: AppState, this_venv: Path, tmp_path: Path) -> None:
     script = tmp_path / "refused.py"
     script.write_text("import torch\n\ndef refuse(gm, example_inputs):\n    raise RuntimeError('no graph')\n\n"
@@ -64,12 +64,14 @@ async def test_a_pasted_traceback_names_its_environment_when_it_is_on_this_machi
     python = this_venv / "bin" / "python"
     here = await classify.classify_error(state, text=run.stderr)
     assert here.category == "backend_compiler_failed"
-    assert here.next_step.startswith(f"The traceback's torch is installed in the environment of {python}")
+    # the script's own backend raised: said first, before the calls
+    assert here.next_step.startswith(f"The exception is raised in the script's own backend refuse ({script}:4)")
+    assert f"The traceback's torch is installed in the environment of {python}" in here.next_step
     assert f'check_env(python="{python}")' in here.next_step
     # the same traceback from another machine: its environment is not here, nothing is named
     elsewhere = run.stderr.replace(str(this_venv), "/opt/elsewhere/venv")
     away = await classify.classify_error(state, text=elsewhere)
-    assert away.category == "backend_compiler_failed" and away.next_step.startswith("Open a case with check_env() ")
+    assert away.category == "backend_compiler_failed" and "Open a case with check_env() " in away.next_step
 
 
 async def test_reproduce_a_failing_script_records_the_reproduction(state: AppState) -> None:

@@ -198,3 +198,27 @@ def test_a_passing_run_fails_on_a_printed_mismatch_never_on_a_guess(tmp_path: Pa
         assert classify(printed + "\n", exit_code=0).category == "unknown"
         text = classify(printed + "\n", exit_code=1)
         assert text.category == "accuracy" and guessed(text), text
+
+
+def test_a_failure_raised_in_the_scripts_own_backend_is_not_pytorchs(module_config, schemas):
+    script = SCRIPTS / "own_backend_raises.py"
+    case_id = _new_case(module_config)
+    server = create_server(module_config)
+
+    async def go():
+        async with Client(server) as client:
+            result = await client.call_tool("run_with_logs", {"case_id": case_id, "script": str(script), "repeat": 2})
+            assert not result.is_error, result.content[0].text
+            return result.structured_content
+
+    data = anyio.run(go)
+    verdict = data["verdict"]
+    assert data["reproduced"] and data["failure"]["own_backend"].startswith(f"strict_backend ({script}:")
+    # the compile-off run passes (the backend never runs), yet the compiler is not at fault: the backend is
+    assert not data["compile_off"]["failed"]
+    assert verdict["category"] == "user_error" and verdict["compiler_at_fault"] is False, verdict
+    assert "own backend strict_backend" in verdict["advice"]
+    assert "own backend strict_backend" in data["next_step"] and 'backend="aot_eager"' in data["next_step"]
+    assert [c.tool for c in _assert_calls_accepted(data["next_step"], schemas)] == ["run_with_logs", "waive_step"]
+    with pytest.raises(GateClosed, match="own backend"):
+        Workflow(Store(module_config.state_dir), case_id, lambda: "tree").require(ToolName.localize)

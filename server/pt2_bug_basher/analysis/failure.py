@@ -879,3 +879,31 @@ def parse_failure(text: str, exit_code: int | None = None,
         return None
     p = parse(text or "", exit_code, signal_name)
     return record_from_parsed(p, exit_code, last_line(text or ""))
+
+
+# Dynamo hands the captured graph to the backend here; the torch frames allowed between that call and the
+# backend's own code are the thin wrappers torch.compile puts around a backend callable.
+_BACKEND_CALLS = ("call_user_compiler", "_call_user_compiler")
+_BACKEND_WRAPPERS = ("torch/__init__.py", "torch/_dynamo/repro/after_dynamo.py")
+
+
+def own_backend_frame(text: str) -> Frame | None:
+    """The frame of the script's own backend where the failure was raised: the final traceback goes from
+    Dynamo's call of the backend, through torch.compile's wrappers only, into code outside torch that
+    raises. A failure there is the backend's, not PyTorch's compiler's."""
+    p = parse(text)
+    for block in reversed(p.blocks):
+        frames = block.frames
+        calls = [i for i, f in enumerate(frames) if f.in_torch and f.function in _BACKEND_CALLS]
+        if not calls:
+            continue
+        after = frames[calls[-1] + 1:]
+        if block.exc is None or not after or not _script_code(after[-1]):
+            return None  # cut before the exception, or raised in torch or in a library
+        wrappers_only = all(_script_code(f) or f.file.replace("\\", "/").endswith(_BACKEND_WRAPPERS) for f in after)
+        return next(f for f in after if not f.in_torch) if wrappers_only else None
+    return None
+
+
+def _script_code(frame: Frame) -> bool:
+    return is_user_path(frame.file.replace("\\", "/"))

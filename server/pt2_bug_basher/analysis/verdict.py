@@ -57,6 +57,8 @@ class FailureSummary(BaseModel):
     torch_frame: str | None = None
     signature: str | None = None
     evidence: list[str] = Field(default_factory=list, description="the lines that decided the category")
+    own_backend: str | None = Field(None, description=(
+        "the script's own backend raised the failure: `function (file:line)`; torch.compile only called it"))
 
 
 def is_noise_line(line: str) -> bool:
@@ -131,6 +133,7 @@ class RunVerdict:
 
     def __init__(self, result: RunResult) -> None:
         from pt2_bug_basher.analysis.classify import classify, guessed
+        from pt2_bug_basher.analysis.failure import own_backend_frame
         from pt2_bug_basher.analysis.torch_logs import parse_logs
 
         outcome = result.outcome
@@ -144,6 +147,8 @@ class RunVerdict:
         failure = self.classification.failure
         self.signature: str | None = failure.signature if failure is not None else None
         self.failed = crashed
+        backend = own_backend_frame(text) if crashed else None
+        self.own_backend = f"{backend.function} ({backend.file}:{backend.line})" if backend else None
         if not crashed:
             if self.logs.recompile_limit_hit:
                 self.failed = True
@@ -181,6 +186,7 @@ class RunVerdict:
             exception_type=f.exception_type if f else None, message=(f.message or "")[:500] if f else None,
             user_frame=frame(f.user_frame) if f else None, torch_frame=frame(f.torch_frame) if f else None,
             signature=self.signature, evidence=[f"{e.line_no}: {e.text}" for e in c.evidence[:6]],
+            own_backend=self.own_backend,
         )
 
 
@@ -189,6 +195,8 @@ class RunVerdict:
 
 USER_ERROR = "user_error"
 USER_ERROR_ADVICE = "fails without torch.compile too: not a compiler bug"
+OWN_BACKEND_ADVICE = ("raised in the script's own backend {backend}, which torch.compile calls with the captured "
+                      "graph: a bug of that backend, not of PyTorch's compiler")
 _EXPORT_RE = re.compile(r"\btorch\.export\b|\bfrom torch import export\b|\btorch\._export\b|torch/_?export/"
                         r"|\bexport\(|\btorch\._dynamo\.export\b")
 _COMPILER_EXCEPTIONS = ("torch._dynamo", "torch._inductor", "BackendCompilerFailed", "InductorError",
@@ -264,7 +272,12 @@ def decide(
                                         f"in the logs ({b.reason[:120]} at {b.location})")
         for line in dynamo_warnings(logged[0].stderr)[:2]:
             verdict.evidence.append(f"run {logged[0].result.run_id}: {_LOG_PREFIX.sub('', line)}")
-    if export_used:
+    if failure.own_backend:
+        # torch.compile only handed the graph over: the compile-off run passes because the backend never runs
+        verdict.category, verdict.compiler_at_fault, verdict.confidence = USER_ERROR, False, 0.9
+        verdict.advice = OWN_BACKEND_ADVICE.format(backend=failure.own_backend)
+        verdict.evidence.append(f"runs {runs}: {verdict.advice}")
+    elif export_used:
         verdict.evidence.append("torch.export in the script or traceback: the compile-off run cannot tell "
                                 "(TORCHDYNAMO_DISABLE does not turn export off)")
     elif compile_off is not None:

@@ -132,6 +132,13 @@ STOPPED_USER_ERROR = (
     'run_with_logs(case_id="{case_id}", script="{script}", repeat=2); or, if the failure is the compiler\'s after '
     'all, waive_step(case_id="{case_id}", step="reproduce", reason="<why the compiler is at fault>").'
 )
+STOPPED_OWN_BACKEND = (
+    "{script} fails in its own backend {backend}: torch.compile hands that function the captured graph and it "
+    "raises, so the bug is the backend's, not PyTorch's compiler's. Fix the backend, then reproduce again: "
+    'run_with_logs(case_id="{case_id}", script="{script}", repeat=2); to check that the graph itself runs, '
+    'compile with backend="aot_eager"; or, if PyTorch is at fault after all (the backend only reports it), '
+    'waive_step(case_id="{case_id}", step="reproduce", reason="<why PyTorch is at fault>").'
+)
 USER_ERROR = "user_error"
 
 TreeHashFn = Callable[[], str]
@@ -196,6 +203,9 @@ class Workflow:
         found = record.payload(ReproduceEvidence)
         if found.category != USER_ERROR:
             return None
+        if found.own_backend:
+            return STOPPED_OWN_BACKEND.format(script=found.script, backend=found.own_backend,
+                                              case_id=self.case.case_id)
         return STOPPED_USER_ERROR.format(script=found.script, case_id=self.case.case_id)
 
     def stopped(self) -> str | None:

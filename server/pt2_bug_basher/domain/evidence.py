@@ -37,6 +37,8 @@ class ReproduceEvidence(EvidencePayload):
     repeat: int | None = None
     signatures: list[str] = Field(default_factory=list, description="a failed attempt: each run's signature")
     script_sha256: str | None = Field(None, description="the script's content when it ran")
+    own_backend: str | None = Field(None, description="a user error raised in the script's own backend: "
+                                                      "`function (file:line)`")
 
 
 class ReduceEvidence(EvidencePayload):

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import anyio
 from pydantic import BaseModel, Field
 
+from pt2_bug_basher.analysis.failure import own_backend_frame
 from pt2_bug_basher.analysis.learned import similar_reports
 from pt2_bug_basher.analysis.suspects import exception_suspects
 from pt2_bug_basher.case.state import AppState
@@ -101,7 +102,7 @@ async def classify_error(
         out.next_step = _without_a_case(result.category, out.diagnostic, python) if result.category != "unknown" else (
             "The text shows no known failure pattern. Pass the full stderr (the last exception and the "
             "lines before it), or reproduce it with run_with_logs and classify the run_id.")
-        out.next_step = _caveat(result) + out.next_step
+        out.next_step = _caveat(result) + _own_backend_note(text or "") + out.next_step
         return out
     case = state.store.get_case(case_id)
     if script is None:
@@ -157,6 +158,16 @@ def _without_a_case(category: str, diagnostic: str, python: Path | None = None) 
         return f"{opening}, then run the diagnostic, which also reproduces the failure: {diagnostic}"
     reproduce = format_call(ToolName.run_with_logs, case_id="<case_id>", script="<repro.py>", repeat=2)
     return f"{opening}, reproduce with {reproduce}, then run the diagnostic: {diagnostic}"
+
+
+def _own_backend_note(text: str) -> str:
+    """A failure raised in the script's own backend is most likely that backend's bug: say so first."""
+    frame = own_backend_frame(text)
+    if frame is None:
+        return ""
+    return (f"The exception is raised in the script's own backend {frame.function} ({frame.file}:{frame.line}), "
+            "which torch.compile only hands the captured graph: most likely a bug of that backend, not of "
+            "PyTorch's compiler; the reproduction's verdict settles it. ")
 
 
 def _caveat(result: Classification) -> str:
