@@ -60,6 +60,8 @@ async def test_run_tests_says_when_it_found_no_nearby_test(mini: Mini):
     assert data["nearby"] == [], data["nearby"]
     [note] = [n for n in data["notes"] if n.startswith("no nearby test")]
     assert "test/test_lonely.py" in note and "tests=[...]" in note, note
+    # the file's only test is the registered one: not counted as a test that shares no keyword
+    assert "holds no test but the registered one" in note, note
 
 
 async def test_verify_review_celebrate(mini: Mini):
