@@ -202,7 +202,7 @@ async def test_classify_error_names_the_pasted_tracebacks_environment_in_a_call_
 
 
 @pytest.mark.anyio
-async def test_classify_error_names_similar_public_reports(server):
+async def test_classify_error_names_similar_public_reports(server, schemas):
     from corpus_samples import HELDOUT
 
     sample = next(d for d in HELDOUT if d["id"] == "ho-ds-01")
@@ -210,3 +210,7 @@ async def test_classify_error_names_similar_public_reports(server):
         result = await client.call_tool("classify_error", {"text": sample["text"]})
     reports = result.structured_content["similar_reports"]
     assert reports[0]["url"] == sample["url"] and reports[0]["label"] == sample["label"]
+    # word for word a known report: the next step sends the agent to it first, then goes on as usual
+    next_step = result.structured_content["next_step"]
+    assert next_step.startswith(f"This text reads almost word for word like {sample['url']} (similarity 1.00")
+    assert problems(next_step, schemas) == [], next_step

@@ -49,7 +49,8 @@ async def test_classify_a_text_without_a_case(state: AppState) -> None:
     # without a case the diagnostic cannot run yet: the next step opens one and reproduces first
     assert not result.recorded and result.next_step.startswith("Open a case with check_env() ")
     assert 'run_with_logs(case_id="<case_id>", script="<repro.py>", repeat=2)' in result.next_step
-    assert result.next_step.endswith(f"then run the diagnostic: {result.diagnostic}")
+    assert f"then run the diagnostic: {result.diagnostic} (<repro.py>: the script that fails this way" \
+        in result.next_step
     with pytest.raises(InvalidInput, match="exactly one of text"):
         await classify.classify_error(state)
 

@@ -102,7 +102,11 @@ async def classify_error(
         out.next_step = _without_a_case(result.category, out.diagnostic, python) if result.category != "unknown" else (
             "The text shows no known failure pattern. Pass the full stderr (the last exception and the "
             "lines before it), or reproduce it with run_with_logs and classify the run_id.")
-        out.next_step = _caveat(result) + _own_backend_note(text or "") + out.next_step
+        out.next_step = (_caveat(result) + _own_backend_note(text or "") + _known_report_note(out.similar_reports)
+                         + out.next_step)
+        if "<repro.py>" in out.next_step:
+            out.next_step += (" (<repro.py>: the script that fails this way; for a pasted error without one, write "
+                              "a small script from the report first)")
         return out
     case = state.store.get_case(case_id)
     if script is None:
@@ -158,6 +162,18 @@ def _without_a_case(category: str, diagnostic: str, python: Path | None = None) 
         return f"{opening}, then run the diagnostic, which also reproduces the failure: {diagnostic}"
     reproduce = format_call(ToolName.run_with_logs, case_id="<case_id>", script="<repro.py>", repeat=2)
     return f"{opening}, reproduce with {reproduce}, then run the diagnostic: {diagnostic}"
+
+
+KNOWN_REPORT_SIMILARITY = 0.9  # about the same text: the same error, reported before
+
+
+def _known_report_note(reports: list[SimilarReportOut]) -> str:
+    """A paste that reads like a labelled public report almost word for word: read that report first."""
+    if not reports or reports[0].similarity < KNOWN_REPORT_SIMILARITY:
+        return ""
+    top = reports[0]
+    return (f"This text reads almost word for word like {top.url} (similarity {top.similarity:.2f}, diagnosed "
+            f"{top.label}): read that report first, the bug may be known or fixed in a newer torch. ")
 
 
 def _own_backend_note(text: str) -> str:
