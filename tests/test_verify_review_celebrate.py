@@ -128,6 +128,8 @@ async def test_verify_review_celebrate(mini: Mini):
         kinds = {f["kind"] for f in reviewed["findings"]}
         assert "debug_leftover" not in kinds and "test_missing" not in kinds
         assert "celebrate(" in reviewed["next_step"]
+        # the commit comes before celebrate, which checks that the branch holds the change
+        assert reviewed["next_step"].index("commit the fix and the test") < reviewed["next_step"].index("celebrate(")
         # Every file the checklist names is in this checkout or marked upstream; the example home is the case's.
         checklist = reviewed["checklist"]
         assert ("(the registered test is in `test/test_ops.py`; e.g. `test/dynamo/test_recompiles.py` (upstream, "

@@ -93,7 +93,9 @@ async def review_changes(state: AppState, case_id: str) -> ReviewResult:
                       f"{lint.on_changed_lines[0].where}). " if lint.on_changed_lines else "")
         next_step = (f"{lint_first}Apply the checklist to the diff; fix anything it turns up (then {redo}"
                      f'run_tests(case_id="{case_id}") and review_changes(case_id="{case_id}") again). '
-                     f'When all holds: celebrate(case_id="{case_id}", root_cause="...", fix_summary="...")')
+                     "When all holds, commit the fix and the test on your branch (the evidence is keyed to the "
+                     "files' content, so committing keeps it) and then "
+                     f'celebrate(case_id="{case_id}", root_cause="...", fix_summary="...")')
     else:
         first = blocking[0]
         where = (f" at {first.file}:{first.line}" if first.file and first.line
