@@ -53,6 +53,10 @@ async def test_classify_a_text_without_a_case(state: AppState) -> None:
         in result.next_step
     with pytest.raises(InvalidInput, match="exactly one of text"):
         await classify.classify_error(state)
+    # a diagnostic that is a logged run, made before any reproduction, runs twice: it reproduces as well
+    internal = await classify.classify_error(state, text="torch._dynamo.exc.InternalTorchDynamoError: KeyError: k\n")
+    assert internal.category == "dynamo_internal"
+    assert internal.diagnostic.startswith("run_with_logs(") and internal.diagnostic.endswith("repeat=2)")
 
 
 async def test_a_pasted_traceback_names_its_environment_and_its_own_backend(
@@ -69,6 +73,9 @@ async def test_a_pasted_traceback_names_its_environment_and_its_own_backend(
     assert here.next_step.startswith(f"The exception is raised in the script's own backend refuse ({script}:4)")
     assert f"The traceback's torch is installed in the environment of {python}" in here.next_step
     assert f'check_env(python="{python}")' in here.next_step
+    # nothing of PyTorch's compiler is suggested yet: the reproduction's verdict settles whose bug it is
+    assert here.diagnostic == 'run_with_logs(case_id="<case_id>", script="<repro.py>", repeat=2)'
+    assert "localize(" not in here.next_step and here.guide.source_files == [str(script)]
     # the same traceback from another machine: its environment is not here, nothing is named
     elsewhere = run.stderr.replace(str(this_venv), "/opt/elsewhere/venv")
     away = await classify.classify_error(state, text=elsewhere)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import anyio
 from pydantic import BaseModel, Field
 
-from pt2_bug_basher.analysis.failure import own_backend_frame
+from pt2_bug_basher.analysis.failure import Frame, own_backend_frame
 from pt2_bug_basher.analysis.learned import similar_reports
 from pt2_bug_basher.analysis.suspects import exception_suspects
 from pt2_bug_basher.case.state import AppState
@@ -97,12 +97,25 @@ async def classify_error(
         diagnostic="", guide=guide(result.category), recorded=False, next_step="",
     )
     if case_id is None:
-        out.diagnostic = diagnostic_call(result.category, None, script)
+        backend = own_backend_frame(text or "")
+        if backend is not None:
+            # the reproduction's verdict settles whose bug it is; nothing of PyTorch's compiler applies yet
+            out.diagnostic = format_call(ToolName.run_with_logs, case_id="<case_id>", script=script or "<repro.py>",
+                                         repeat=2)
+            out.suspects = []
+            out.guide = out.guide.model_copy(update={"source_files": [backend.file], "test_files": [],
+                                                     "config_knobs": [], "minify_level": None, "log_preset": None})
+        else:
+            out.diagnostic = _reproducing_diagnostic(result.category, script)
         python = await anyio.to_thread.run_sync(_interpreter_in, text or "")
-        out.next_step = _without_a_case(result.category, out.diagnostic, python) if result.category != "unknown" else (
-            "The text shows no known failure pattern. Pass the full stderr (the last exception and the "
-            "lines before it), or reproduce it with run_with_logs and classify the run_id.")
-        out.next_step = (_caveat(result) + _own_backend_note(text or "") + _known_report_note(out.similar_reports)
+        if result.category == "unknown":
+            out.next_step = ("The text shows no known failure pattern. Pass the full stderr (the last exception and "
+                             "the lines before it), or reproduce it with run_with_logs and classify the run_id.")
+        elif backend is not None:
+            out.next_step = _opening(python) + f", then reproduce: {out.diagnostic}"
+        else:
+            out.next_step = _without_a_case(result.category, out.diagnostic, python)
+        out.next_step = (_caveat(result) + _own_backend_note(backend) + _known_report_note(out.similar_reports)
                          + out.next_step)
         if "<repro.py>" in out.next_step:
             out.next_step += (" (<repro.py>: the script that fails this way; for a pasted error without one, write "
@@ -148,16 +161,29 @@ def _interpreter_in(text: str) -> Path | None:
     return interpreter_of_frames([f.file for f in parse(text).all_frames()])
 
 
+def _reproducing_diagnostic(category: str, script: str | None) -> str:
+    """The category's diagnostic before any reproduction: a run_with_logs diagnostic runs twice, so that it
+    completes the reproduction too."""
+    found = (PLAYBOOKS.get(category) or PLAYBOOKS["unknown"]).diagnostic
+    if found.tool != ToolName.run_with_logs or "repeat" in found.arguments:
+        return diagnostic_call(category, None, script)
+    return format_call(found.tool, case_id="<case_id>", script=script or "<repro.py>", **found.arguments, repeat=2)
+
+
+def _opening(python: Path | None) -> str:
+    """Opening a case, in the traceback's environment when that is on this machine."""
+    if python is None:
+        return f"Open a case with {format_call(ToolName.check_env)} (it returns the case_id)"
+    return (f"The traceback's torch is installed in the environment of {python}, on this machine: open a "
+            f"case there with {format_call(ToolName.check_env, python=str(python))} (it returns the case_id)")
+
+
 def _without_a_case(category: str, diagnostic: str, python: Path | None = None) -> str:
     """The calls that lead to the diagnostic from text alone: a case first (in the traceback's environment
     when that is on this machine), and a reproduction unless the diagnostic run is the reproduction
     (run_with_logs records one)."""
     tool = (PLAYBOOKS.get(category) or PLAYBOOKS["unknown"]).diagnostic.tool
-    if python is None:
-        opening = f"Open a case with {format_call(ToolName.check_env)} (it returns the case_id)"
-    else:
-        opening = (f"The traceback's torch is installed in the environment of {python}, on this machine: open a "
-                   f"case there with {format_call(ToolName.check_env, python=str(python))} (it returns the case_id)")
+    opening = _opening(python)
     if tool == ToolName.run_with_logs:
         return f"{opening}, then run the diagnostic, which also reproduces the failure: {diagnostic}"
     reproduce = format_call(ToolName.run_with_logs, case_id="<case_id>", script="<repro.py>", repeat=2)
@@ -176,9 +202,8 @@ def _known_report_note(reports: list[SimilarReportOut]) -> str:
             f"{top.label}): read that report first, the bug may be known or fixed in a newer torch. ")
 
 
-def _own_backend_note(text: str) -> str:
+def _own_backend_note(frame: Frame | None) -> str:
     """A failure raised in the script's own backend is most likely that backend's bug: say so first."""
-    frame = own_backend_frame(text)
     if frame is None:
         return ""
     return (f"The exception is raised in the script's own backend {frame.function} ({frame.file}:{frame.line}), "
