@@ -240,8 +240,8 @@ PLAYBOOKS: dict[str, Playbook] = {p.category: p for p in (
     ),
     Playbook(
         category="user_error",
-        telltale="fails without torch.compile too: not a compiler bug (the script fails the same way with "
-                 "`TORCHDYNAMO_DISABLE=1`; never read from text alone)",
+        telltale="not a compiler bug: the script fails the same way with `TORCHDYNAMO_DISABLE=1`, or the "
+                 "exception is raised in the script's own backend (never read from text alone)",
         logs=None,  # no compiler logs: the failure is the script's
         minify=MinifyPlan(mode="source", note="only to show the script's own bug: nothing to report upstream"),
         read_first=[],
