@@ -472,3 +472,11 @@ async def test_review_against_a_real_branch(mini: Mini):
         kinds = {(f["kind"], f.get("file")) for f in data["findings"]}
         assert ("untracked", "scratch.py") in kinds and ("unusual_place", "scratch.py") in kinds
         assert data["ok"] is True  # warnings only
+        # committed after the review (same content, so the evidence holds): celebrate sees it as added now
+        git(mini.repo, "add", "scratch.py")
+        git(mini.repo, "commit", "-q", "-m", "add scratch")
+        done = (await call(client, "celebrate", case_id=case_id, root_cause="r" * 30,
+                           fix_summary="f" * 30)).structured_content
+        assert ("scratch.py", "added") in {(f["path"], f["status"]) for f in done["diff_stat"]}
+        assert not any("scratch.py is untracked" in w for w in done["worktree_warnings"]), done["worktree_warnings"]
+        assert "tidy the working tree" not in done["next_step"], done["next_step"]

@@ -42,6 +42,20 @@ def uncommitted_files(path: Path) -> list[str]:
     return sorted({d.b_path or d.a_path for d in changed if d.b_path or d.a_path})
 
 
+def still_untracked(path: Path, paths: list[str]) -> set[str]:
+    """Which of `paths` are still untracked (and not ignored) in the repository at `path`."""
+    import git
+
+    if not paths:
+        return set()
+    try:
+        out = open_repo(path).git.ls_files("--others", "--exclude-standard", "--", *paths,
+                                            kill_after_timeout=GIT_TIMEOUT_S)
+    except (git.GitCommandError, InvalidInput):
+        return set(paths)  # cannot tell: keep what the review saw
+    return {line for line in out.splitlines() if line}
+
+
 def is_git_repo(path: Path) -> bool:
     try:
         open_repo(path)

@@ -26,7 +26,7 @@ from pt2_bug_basher.domain.evidence import (
     VerifyEvidence,
 )
 from pt2_bug_basher.domain.names import Step, ToolName
-from pt2_bug_basher.execution.gitstate import uncommitted_files
+from pt2_bug_basher.execution.gitstate import still_untracked, uncommitted_files
 
 ROTATION_KEY = "celebrations:recent"
 FALLBACK = "Bug fixed, test green, review clean. Well done."
@@ -83,8 +83,15 @@ async def celebrate(state: AppState, case_id: str, root_cause: str, fix_summary:
     stats = [FileStat(path=s.path, status=s.status or "modified", added=s.added or 0, removed=s.removed or 0)
              for s in review_data.files]
     tests = [TestOutcomeLine(node_id=t.node_id, outcome=t.outcome) for t in verify_data.tests][:50]
-    untracked = {s.path for s in stats if s.status == "untracked"}
-    warnings = [f for f in review_data.findings if f.severity == "warning"]
+    seen_untracked = [s.path for s in stats if s.status == "untracked"]
+    # files the review saw untracked may have been committed since (the evidence is keyed to content)
+    untracked = await anyio.to_thread.run_sync(lambda: still_untracked(Path(flow.case.repo), seen_untracked))
+    for s in stats:
+        if s.status == "untracked" and s.path not in untracked:
+            s.status = "added"
+    committed_since = set(seen_untracked) - untracked
+    warnings = [f for f in review_data.findings if f.severity == "warning"
+                and not (f.kind in WORKTREE_KINDS and f.file in committed_since)]
     on_tree = [f.text for f in warnings if f.kind in WORKTREE_KINDS or (f.file and f.file in untracked)]
     on_change = [f.text for f in warnings if f.text not in on_tree]
     uncommitted = await anyio.to_thread.run_sync(lambda: uncommitted_files(Path(flow.case.repo)))
