@@ -48,3 +48,10 @@ def test_step_three_starts_with_localize_then_minify(tmp_path: Path):
     assert reduce_call() == f'localize(case_id="{case.case_id}", script="/r/repro.py")'
     store.set_localization(case.case_id, LocalizeRecord(first_failing="inductor", layer="Inductor"))
     assert reduce_call().startswith(f'minify(case_id="{case.case_id}", script="/r/repro.py"')
+
+
+def test_the_environment_step_shows_how_the_case_was_opened(tmp_path: Path):
+    store = Store(tmp_path / "state")
+    case = store.create_case(str(tmp_path), sys.executable, {})
+    call = Workflow(store, case.case_id, lambda: "tree").step_status(SPEC[Step.environment]).tool_call
+    assert call == f'check_env(python="{sys.executable}", repo="{tmp_path}")'

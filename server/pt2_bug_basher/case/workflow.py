@@ -15,6 +15,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from pt2_bug_basher.case.store import EvidenceRecord, Store, WaiverRecord
+from pt2_bug_basher.domain.calls import format_call
 from pt2_bug_basher.domain.digest import python_source_digest
 from pt2_bug_basher.domain.errors import GateClosed, InvalidInput
 from pt2_bug_basher.domain.evidence import MainCheckEvidence, ReproduceEvidence
@@ -243,6 +244,9 @@ class Workflow:
         if spec.step == Step.reduce and self.localization is None:
             # Step 3 starts with the backend ladder: it says which layer fails, and which minifier fits.
             call = self._fill(f'localize(case_id="{self.case.case_id}", script="<repro.py>")')
+        if spec.step == Step.environment:
+            # the case's own interpreter and repository, as check_env would be called again for them
+            call = format_call(ToolName.check_env, python=self.case.python, repo=self.case.repo)
         status = StepStatus(number=spec.number, step=spec.step, title=spec.title, status="pending", tool_call=call)
         if not spec.observed:
             status.status = "agent"
