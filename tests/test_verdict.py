@@ -222,3 +222,16 @@ def test_a_failure_raised_in_the_scripts_own_backend_is_not_pytorchs(module_conf
     assert [c.tool for c in _assert_calls_accepted(data["next_step"], schemas)] == ["run_with_logs", "waive_step"]
     with pytest.raises(GateClosed, match="own backend"):
         Workflow(Store(module_config.state_dir), case_id, lambda: "tree").require(ToolName.localize)
+
+
+def test_the_tail_ends_at_the_traceback_not_at_log_records_printed_after_it():
+    from pt2_bug_basher.analysis.verdict import tail_lines
+
+    stats = ("I1204 18:40:01.123000 4242 torch/_dynamo/utils.py:773] lru_cache_stats _simplify_floor_div: "
+             "CacheInfo(hits=0, misses=0, maxsize=None, currsize=0)")
+    text = ("Traceback (most recent call last):\n  File \"/home/u/repro.py\", line 9, in <module>\n    f(x)\n"
+            "torch._dynamo.exc.InternalTorchDynamoError: KeyError: 'reverse'\n" + "\n".join([stats] * 20) + "\n")
+    tail = tail_lines(text)
+    assert tail[-1] == "torch._dynamo.exc.InternalTorchDynamoError: KeyError: 'reverse'" and stats not in tail
+    # a log with no plain traceback keeps its last records: they are what there is
+    assert tail_lines("\n".join([stats] * 3))[-1] == stats

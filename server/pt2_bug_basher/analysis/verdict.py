@@ -72,10 +72,15 @@ _CODE_LOG_MARKS = ("] [__output_code]", "] [__kernel_code]")
 
 
 def tail_lines(text: str) -> list[str]:
-    """The last lines that matter: Dynamo's closing hints and logged generated code are dropped, the error is kept."""
+    """The last lines that matter: Dynamo's closing hints and logged generated code are dropped, the error is kept.
+    Below a plain traceback, the log records printed after it (caches' statistics at exit) are dropped too."""
     kept: list[str] = []
-    for line in reversed(text.splitlines()):
+    lines = text.splitlines()
+    after_traceback = any(line.startswith("Traceback (most recent call last)") for line in lines)
+    for line in reversed(lines):
         if not line.strip() or is_noise_line(line) or any(mark in line for mark in _CODE_LOG_MARKS):
+            continue
+        if after_traceback and not kept and _LOG_PREFIX.match(line):
             continue
         kept.append(line[:TAIL_LINE_CHARS])
         if len(kept) >= TAIL_LINES:
