@@ -262,3 +262,20 @@ def test_a_failure_raised_in_the_scripts_own_backend_names_that_backend() -> Non
     cut = own.split('  File "/home/u/repro.py", line 6')[0] + '  File "/usr/lib/python3.11/contextlib.py", line 81\n'
     assert own_backend_frame(cut) is None
     assert not [d["id"] for d in PUBLIC + LOCAL if own_backend_frame(d["text"])]  # none of the corpus is one
+
+
+def test_a_paste_copied_with_its_line_numbers_is_read_without_them() -> None:
+    from corpus_samples import TRAINING
+
+    from pt2_bug_basher.analysis.failure import _unnumbered, parse
+
+    text = next(d["text"] for d in TRAINING if d["id"] == "tu10b-tr-03")  # a Triton traceback, numbered 85..93
+    assert text.startswith("85 ")
+    parsed = parse(text)
+    assert parsed.final_exc is not None and parsed.final_exc.type == "triton.runtime.autotuner.OutOfResources"
+    assert [f.line for f in parsed.all_frames()][:2] == [114, 65]
+    # numbers that are the program's own output, not one after another, stay
+    printed = "Traceback (most recent call last):\n" + "".join(f"{n} items\n" for n in (8, 3, 12, 5, 7, 1)) + \
+        "ValueError: bad count\n"
+    assert parse(printed).final_exc.message == "bad count"
+    assert _unnumbered(printed) == printed

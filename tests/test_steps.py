@@ -144,3 +144,22 @@ def test_cpu_counts() -> None:
     assert usable_cpus() >= 1
     assert parallel_runs(1) == 1 and parallel_runs(1000) == usable_cpus()
     assert 2 <= xdist_workers() <= 4
+
+
+async def test_a_triton_kernel_the_script_launched_itself_is_not_sent_to_inductor(state: AppState) -> None:
+    from corpus_samples import LOCAL_GPU, TRAINING
+
+    own = next(d["text"] for d in TRAINING if d["id"] == "tu10b-tr-03")  # a user kernel's autotune config
+    result = await classify.classify_error(state, text=own)
+    assert result.category == "triton" and result.exception_type == "triton.runtime.autotuner.OutOfResources"
+    assert result.next_step.startswith("No frame of torch in the traceback")
+    assert result.diagnostic == 'run_with_logs(case_id="<case_id>", script="<repro.py>", repeat=2)'
+    assert result.guide.source_files == [] and result.guide.log_preset is None and result.phase is None
+    # a kernel Inductor generated (torch's frames launch it) keeps the Triton playbook; one launched in eager is
+    # the script's again
+    for sample_id in ("gpu-tr_user_kernel_eager_compile_error", "gpu-tr_out_of_resources"):
+        eager = next(d["text"] for d in LOCAL_GPU if d["id"] == sample_id)
+        assert (await classify.classify_error(state, text=eager)).next_step.startswith("No frame of torch")
+    generated = next(d["text"] for d in LOCAL_GPU if d["id"] == "gpu-tr_inductor_injected_compile_error")
+    inductor = await classify.classify_error(state, text=generated)
+    assert inductor.category == "triton" and not inductor.next_step.startswith("No frame of torch")

@@ -626,10 +626,28 @@ def _unquoted(text: str) -> str:
     return _QUOTED.sub("", text)
 
 
+# A paste copied with its line numbers (a file view, an editor): `86   File "x.py", line 114, in run`
+_NUMBERED = re.compile(r"^(\d{1,6}) ", re.M)
+MIN_NUMBERED_LINES = 5
+
+
+def _unnumbered(text: str) -> str:
+    """`text` with the line numbers a copied view put before every line taken off (same line count): only
+    when the text's last lines are numbered one after another, so a printed number is never taken."""
+    tail = text[max(0, len(text) - _HEADERLESS_WINDOW):]
+    numbers = [int(m.group(1)) for m in _NUMBERED.finditer(tail)]
+    lines = [line for line in tail.split("\n") if line.strip()]
+    if len(numbers) < MIN_NUMBERED_LINES or len(numbers) < 0.9 * len(lines):
+        return text
+    if any(b != a + 1 for a, b in zip(numbers, numbers[1:], strict=False)):
+        return text
+    return _NUMBERED.sub("", text)
+
+
 def parse(text: str, exit_code: int | None = None, signal_name: str | None = None,
           index: LineIndex | None = None) -> ParsedFailure:
     """Parse error output into blocks of frames and exceptions (internal, richer than the record)."""
-    text = _unquoted(_plain_rich(text))
+    text = _unnumbered(_unquoted(_plain_rich(text)))
     idx = index if index is not None and index.text is text else LineIndex(text)
     blocks: list[_Block] = []
     headers = _find_chain_headers(text)

@@ -94,29 +94,34 @@ async def classify_error(
         suspects=exception_suspects(text or "") if result.category != "accuracy" else [],
         similar_reports=[SimilarReportOut(url=r.url, label=r.label, subcategory=r.subcategory,
                                           similarity=r.similarity) for r in similar],
-        diagnostic="", guide=guide(result.category), recorded=False, next_step="",
+        diagnostic="", guide=guide(result.category, None, state.config.default_repo), recorded=False, next_step="",
     )
     if case_id is None:
         backend = own_backend_frame(text or "")
-        if backend is not None:
-            # the reproduction's verdict settles whose bug it is; nothing of PyTorch's compiler applies yet
+        own_kernel = result.category == "triton" and _triton_outside_torch(text or "")
+        if backend is not None or own_kernel:
+            # the script's own code failed: the reproduction's verdict settles whose bug it is, and nothing of
+            # PyTorch's compiler applies yet
             out.diagnostic = format_call(ToolName.run_with_logs, case_id="<case_id>", script=script or "<repro.py>",
                                          repeat=2)
             out.suspects = []
-            out.guide = out.guide.model_copy(update={"source_files": [backend.file], "test_files": [],
-                                                     "config_knobs": [], "minify_level": None, "log_preset": None})
+            out.guide = out.guide.model_copy(update={
+                "source_files": [backend.file] if backend else [], "test_files": [], "not_present": [],
+                "config_knobs": [], "minify_level": None, "log_preset": None})
+            if own_kernel:
+                out.phase = None
         else:
             out.diagnostic = _reproducing_diagnostic(result.category, script)
         python = await anyio.to_thread.run_sync(_interpreter_in, text or "")
         if result.category == "unknown":
             out.next_step = ("The text shows no known failure pattern. Pass the full stderr (the last exception and "
                              "the lines before it), or reproduce it with run_with_logs and classify the run_id.")
-        elif backend is not None:
+        elif backend is not None or own_kernel:
             out.next_step = _opening(python) + f", then reproduce: {out.diagnostic}"
         else:
             out.next_step = _without_a_case(result.category, out.diagnostic, python)
-        out.next_step = (_caveat(result) + _own_backend_note(backend) + _known_report_note(out.similar_reports)
-                         + out.next_step)
+        out.next_step = (_caveat(result) + _own_backend_note(backend) + (OWN_KERNEL_NOTE if own_kernel else "")
+                         + _known_report_note(out.similar_reports) + out.next_step)
         if "<repro.py>" in out.next_step:
             out.next_step += (" (<repro.py>: the script that fails this way; for a pasted error without one, write "
                               "a small script from the report first)")
@@ -200,6 +205,20 @@ def _known_report_note(reports: list[SimilarReportOut]) -> str:
     top = reports[0]
     return (f"This text reads almost word for word like {top.url} (similarity {top.similarity:.2f}, diagnosed "
             f"{top.label}): read that report first, the bug may be known or fixed in a newer torch. ")
+
+
+OWN_KERNEL_NOTE = ("No frame of torch in the traceback: the Triton kernel was launched by the script's own code "
+                   "(through triton's runtime), not by code Inductor generated, so its fix is in that kernel or its "
+                   "launch and autotune configs, not in PyTorch's compiler. ")
+
+
+def _triton_outside_torch(text: str) -> bool:
+    """A Triton failure whose traceback shows Triton's frames and not one of torch's."""
+    from pt2_bug_basher.analysis.failure import parse
+
+    frames = parse(text).all_frames()
+    return bool(frames) and not any(f.in_torch for f in frames) \
+        and any("/triton/" in f.file.replace("\\", "/") for f in frames)
 
 
 def _own_backend_note(frame: Frame | None) -> str:
