@@ -126,7 +126,9 @@ class LocalizeResult(BaseModel):
     meaning: str
     dynamic_shapes: str | None = Field(None, description="what the dynamic=False/True rungs say")
     comparison: str = Field(description="how outcomes were compared with the case's failure")
-    minifier: str = Field(description="the minify call that fits this layer")
+    minifier: str = Field(description=(
+        "the reducer this layer calls for, as a call; minify(mode=\"auto\") runs it (or, for a repro that is small "
+        "already, polishes or records it): next_step says which"))
     bisection: BisectReport | None = Field(
         None, description="below the backend: the compiler bisector's subsystems, switched off one by one, then "
                           "the count of the one that fixes it searched down to one application")

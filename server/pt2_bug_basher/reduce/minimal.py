@@ -50,7 +50,7 @@ class Minimality:
 
     def describe(self) -> str:
         ops = "compiled code not found" if self.compiled_ops is None else (
-            f"{self.compiled_ops} compiled op" + ("" if self.compiled_ops == 1 else "s"))
+            f"{self.compiled_ops} op" + ("" if self.compiled_ops == 1 else "s") + " in the compiled function")
         return f"{self.statements} statements, {ops}"
 
     def sizes(self) -> dict[str, int]:
