@@ -144,6 +144,8 @@ async def test_verify_review_celebrate(mini: Mini):
         assert not done.is_error, done.content
         assert data["test_added"] == "test/test_ops.py::TestOps::test_double_large"
         assert "ValueError" in data["failed_before"]
+        # the failure printed no rerun line: PyTorch's way to run the test alone is given anyway
+        assert data["rerun_command"] == "python test/test_ops.py TestOps.test_double_large"
         assert {t["outcome"] for t in data["tests_verified"]} == {"passed"} and len(data["tests_verified"]) == 3
         assert {s["path"] for s in data["diff_stat"]} == {"pkg/ops.py", "test/test_ops.py"}
         assert data["waivers"] == [{"step": "reduce", "reason": "the repro is already two lines long"}]

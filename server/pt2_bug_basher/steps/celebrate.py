@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import secrets
+import shlex
 from pathlib import Path
 
 import anyio
@@ -113,7 +114,8 @@ async def celebrate(state: AppState, case_id: str, root_cause: str, fix_summary:
         case_id=case_id, root_cause=root_cause, fix_summary=fix_summary, diff_stat=stats,
         lines_changed=review_data.lines_changed, test_added=registered, tests_added=list(dict.fromkeys(added)),
         failed_before=failure.headline if failure else "the test step was waived",
-        rerun_command=failure.rerun if failure else None, tests_verified=tests, review_warnings=on_change[:10],
+        rerun_command=(failure.rerun if failure else None) or _rerun(test_data), tests_verified=tests,
+        review_warnings=on_change[:10],
         worktree_warnings=on_tree[:10], waivers=status.waivers, celebration=line, summary="", next_step="",
     )
     result.summary = _markdown(result)
@@ -179,6 +181,15 @@ def _next_celebration(state: AppState, facts: dict[str, set[str]]) -> str:
     index = fresh[secrets.randbelow(len(fresh))]
     state.store.set_kv(ROTATION_KEY, json.dumps((recent + [index])[-max(len(entries) // 2, 1):]))
     return entries[index].text
+
+
+def _rerun(test: TestEvidence | None) -> str | None:
+    """PyTorch's way to run one test alone (`python test/x.py TestClass.test_name`), when the failure did not
+    print it."""
+    if test is None or not test.test_file or not test.method:
+        return None
+    name = f"{test.class_name}.{test.method}" if test.class_name else test.method
+    return f"python {shlex.quote(test.test_file)} {shlex.quote(name)}"
 
 
 def _code(text: str) -> str:
