@@ -242,7 +242,7 @@ def test_parse_failure_never_raises(text: str, exit_code: int | None) -> None:
 
 
 def test_a_failure_raised_in_the_scripts_own_backend_names_that_backend() -> None:
-    from pt2_bug_basher.analysis.failure import own_backend_frame
+    from pt2_bug_basher.analysis.failure import own_backend_frame, parse
 
     site = "/v/lib/python3.11/site-packages/torch"
     own = ("Traceback (most recent call last):\n"
@@ -253,15 +253,15 @@ def test_a_failure_raised_in_the_scripts_own_backend_names_that_backend() -> Non
            "    compiled_gm = compiler_fn(gm, example_inputs)\n"
            '  File "/home/u/repro.py", line 6, in strict_backend\n    raise RuntimeError("no sin")\n'
            "torch._dynamo.exc.BackendCompilerFailed: backend='strict_backend' raised:\nRuntimeError: no sin\n")
-    frame = own_backend_frame(own)
+    frame = own_backend_frame(parse(own))
     assert frame is not None and (frame.function, frame.line) == ("strict_backend", 6)
     # Inductor's own frames below the call, or a traceback cut in a library before the exception: not so
     inductor = own.replace('  File "/home/u/repro.py", line 6, in strict_backend\n',
                            f'  File "{site}/_inductor/compile_fx.py", line 6, in compile_fx\n')
-    assert own_backend_frame(inductor) is None
+    assert own_backend_frame(parse(inductor)) is None
     cut = own.split('  File "/home/u/repro.py", line 6')[0] + '  File "/usr/lib/python3.11/contextlib.py", line 81\n'
-    assert own_backend_frame(cut) is None
-    assert not [d["id"] for d in PUBLIC + LOCAL if own_backend_frame(d["text"])]  # none of the corpus is one
+    assert own_backend_frame(parse(cut)) is None
+    assert not [d["id"] for d in PUBLIC + LOCAL if own_backend_frame(parse(d["text"]))]  # none of the corpus is one
 
 
 def test_a_paste_copied_with_its_line_numbers_is_read_without_them() -> None:

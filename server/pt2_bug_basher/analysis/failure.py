@@ -905,11 +905,10 @@ _BACKEND_CALLS = ("call_user_compiler", "_call_user_compiler")
 _BACKEND_WRAPPERS = ("torch/__init__.py", "torch/_dynamo/repro/after_dynamo.py")
 
 
-def own_backend_frame(text: str) -> Frame | None:
+def own_backend_frame(p: ParsedFailure) -> Frame | None:
     """The frame of the script's own backend where the failure was raised: the final traceback goes from
     Dynamo's call of the backend, through torch.compile's wrappers only, into code outside torch that
     raises. A failure there is the backend's, not PyTorch's compiler's."""
-    p = parse(text)
     for block in reversed(p.blocks):
         frames = block.frames
         calls = [i for i, f in enumerate(frames) if f.in_torch and f.function in _BACKEND_CALLS]
@@ -925,3 +924,11 @@ def own_backend_frame(text: str) -> Frame | None:
 
 def _script_code(frame: Frame) -> bool:
     return is_user_path(frame.file.replace("\\", "/"))
+
+
+def triton_outside_torch(p: ParsedFailure) -> bool:
+    """Triton's frames and not one of torch's: a Triton kernel the script launched itself, not one Inductor
+    generated."""
+    frames = p.all_frames()
+    return bool(frames) and not any(f.in_torch for f in frames) \
+        and any("/triton/" in f.file.replace("\\", "/") for f in frames)

@@ -138,7 +138,7 @@ class RunVerdict:
 
     def __init__(self, result: RunResult) -> None:
         from pt2_bug_basher.analysis.classify import classify, guessed
-        from pt2_bug_basher.analysis.failure import own_backend_frame
+        from pt2_bug_basher.analysis.failure import own_backend_frame, parse
         from pt2_bug_basher.analysis.torch_logs import parse_logs
 
         outcome = result.outcome
@@ -152,7 +152,7 @@ class RunVerdict:
         failure = self.classification.failure
         self.signature: str | None = failure.signature if failure is not None else None
         self.failed = crashed
-        backend = own_backend_frame(text) if crashed else None
+        backend = own_backend_frame(parse(text)) if crashed else None
         self.own_backend = f"{backend.function} ({backend.file}:{backend.line})" if backend else None
         if not crashed:
             if self.logs.recompile_limit_hit:

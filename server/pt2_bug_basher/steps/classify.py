@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import anyio
 from pydantic import BaseModel, Field
 
-from pt2_bug_basher.analysis.failure import Frame, own_backend_frame
+from pt2_bug_basher.analysis.failure import Frame, own_backend_frame, parse, triton_outside_torch
 from pt2_bug_basher.analysis.learned import similar_reports
 from pt2_bug_basher.analysis.suspects import exception_suspects
 from pt2_bug_basher.case.state import AppState
@@ -97,8 +97,8 @@ async def classify_error(
         diagnostic="", guide=guide(result.category, None, state.config.default_repo), recorded=False, next_step="",
     )
     if case_id is None:
-        backend = own_backend_frame(text or "")
-        own_kernel = result.category == "triton" and _triton_outside_torch(text or "")
+        # the paste parsed once, in a worker thread: whose code raised, and which environment it ran in
+        backend, own_kernel, python = await anyio.to_thread.run_sync(_paste_facts, text or "", result.category)
         if backend is not None or own_kernel:
             # the script's own code failed: the reproduction's verdict settles whose bug it is, and nothing of
             # PyTorch's compiler applies yet
@@ -112,7 +112,6 @@ async def classify_error(
                 out.phase = None
         else:
             out.diagnostic = _reproducing_diagnostic(result.category, script)
-        python = await anyio.to_thread.run_sync(_interpreter_in, text or "")
         if result.category == "unknown":
             out.next_step = ("The text shows no known failure pattern. Pass the full stderr (the last exception and "
                              "the lines before it), or reproduce it with run_with_logs and classify the run_id.")
@@ -159,11 +158,12 @@ async def classify_error(
     return out
 
 
-def _interpreter_in(text: str) -> Path | None:
-    """The environment the pasted traceback ran in, when it is on this machine."""
-    from pt2_bug_basher.analysis.failure import parse
-
-    return interpreter_of_frames([f.file for f in parse(text).all_frames()])
+def _paste_facts(text: str, category: str) -> tuple[Frame | None, bool, Path | None]:
+    """From a pasted traceback: the frame of the script's own backend that raised, whether a Triton kernel the
+    script launched itself failed, and the environment it ran in when that is on this machine."""
+    parsed = parse(text)
+    return (own_backend_frame(parsed), category == "triton" and triton_outside_torch(parsed),
+            interpreter_of_frames([f.file for f in parsed.all_frames()]))
 
 
 def _reproducing_diagnostic(category: str, script: str | None) -> str:
@@ -210,15 +210,6 @@ def _known_report_note(reports: list[SimilarReportOut]) -> str:
 OWN_KERNEL_NOTE = ("No frame of torch in the traceback: the Triton kernel was launched by the script's own code "
                    "(through triton's runtime), not by code Inductor generated, so its fix is in that kernel or its "
                    "launch and autotune configs, not in PyTorch's compiler. ")
-
-
-def _triton_outside_torch(text: str) -> bool:
-    """A Triton failure whose traceback shows Triton's frames and not one of torch's."""
-    from pt2_bug_basher.analysis.failure import parse
-
-    frames = parse(text).all_frames()
-    return bool(frames) and not any(f.in_torch for f in frames) \
-        and any("/triton/" in f.file.replace("\\", "/") for f in frames)
 
 
 def _own_backend_note(frame: Frame | None) -> str:
