@@ -87,6 +87,20 @@ def _new_case(config: ServerConfig) -> str:
     return opened.case_id
 
 
+def _reproduced(config: ServerConfig, script: Path) -> tuple[str, dict]:
+    """A new case, and run_with_logs(repeat=2) of the script in it through a real MCP client."""
+    case_id = _new_case(config)
+    server = create_server(config)
+
+    async def go():
+        async with Client(server) as client:
+            result = await client.call_tool("run_with_logs", {"case_id": case_id, "script": str(script), "repeat": 2})
+            assert not result.is_error, result.content[0].text
+            return result.structured_content
+
+    return case_id, anyio.run(go)
+
+
 def _assert_calls_accepted(text: str, schemas) -> list:
     calls = find_calls(text, schemas)
     assert calls and check_text(text, schemas) == [], text
@@ -95,16 +109,7 @@ def _assert_calls_accepted(text: str, schemas) -> list:
 
 @pytest.mark.parametrize("script,category,reproduced,at_fault", CASES)
 def test_run_with_logs_verdict(module_config, schemas, script: Path, category, reproduced, at_fault):
-    case_id = _new_case(module_config)
-    server = create_server(module_config)
-
-    async def go():
-        async with Client(server) as client:
-            result = await client.call_tool("run_with_logs", {"case_id": case_id, "script": str(script), "repeat": 2})
-            assert not result.is_error, result.content[0].text
-            return result.structured_content
-
-    data = anyio.run(go)
+    case_id, data = _reproduced(module_config, script)
     verdict = data["verdict"]
     assert verdict["category"] == category and data["failure"]["category"] == category, verdict
     assert data["reproduced"] is reproduced and verdict["reproduced"] is reproduced
@@ -202,16 +207,7 @@ def test_a_passing_run_fails_on_a_printed_mismatch_never_on_a_guess(tmp_path: Pa
 
 def test_a_failure_raised_in_the_scripts_own_backend_is_not_pytorchs(module_config, schemas):
     script = SCRIPTS / "own_backend_raises.py"
-    case_id = _new_case(module_config)
-    server = create_server(module_config)
-
-    async def go():
-        async with Client(server) as client:
-            result = await client.call_tool("run_with_logs", {"case_id": case_id, "script": str(script), "repeat": 2})
-            assert not result.is_error, result.content[0].text
-            return result.structured_content
-
-    data = anyio.run(go)
+    case_id, data = _reproduced(module_config, script)
     verdict = data["verdict"]
     assert data["reproduced"] and data["failure"]["own_backend"].startswith(f"strict_backend ({script}:")
     # the compile-off run passes (the backend never runs), yet the compiler is not at fault: the backend is

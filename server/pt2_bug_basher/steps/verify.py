@@ -235,9 +235,8 @@ async def _nearby(state: AppState, flow: Workflow, repo: Path, registered: TestE
                                keywords, extra)
     if not nearby:
         searched = f"keywords {', '.join(keywords[:8])}" if keywords else "no keywords (the diff changes no function)"
-        registered_name = f"{registered.class_name}.{method}" if registered.class_name else method
         others = [t for t in collected.collected
-                  if not (t.file == registered.test_file and t.is_variant_of(registered_name))]
+                  if not near.is_registered(t, registered.test_file, registered.class_name, method)]
         found = (f"the {len(others)} other tests collected in {', '.join(files)} share none of {searched}"
                  if others else f"{', '.join(files)} holds no test but the registered one")
         notes.append(f"no nearby test: {found}, and none sits beside the registered test; name related tests in "

@@ -91,16 +91,20 @@ class NearbyTest(BaseModel):
     why: str
 
 
+def is_registered(item: CollectedItem, test_file: str, class_name: str | None, method: str) -> bool:
+    """The collected item is the registered test, or one of its generated variants."""
+    return item.file == test_file and item.is_variant_of(f"{class_name}.{method}" if class_name else method)
+
+
 def nearby_tests(collected: list[CollectedItem], test_file: str, class_name: str | None, method: str,
                  keywords: list[str], extra_files: list[str], limit: int = 30) -> list[NearbyTest]:
     """Existing tests near the registered one: sharing keywords with the changed functions (in the
     registered file and the category's topical files), then the closest tests of the same class.
     Each test written in a file stands for its collected node ids (up to VARIANTS_SHOWN of them)."""
-    registered = f"{class_name}.{method}" if class_name else method
     files = list(dict.fromkeys([test_file, *extra_files]))
     groups: dict[tuple[str, str], list[CollectedItem]] = {}
     for item in collected:
-        if item.file in files and not (item.file == test_file and item.is_variant_of(registered)):
+        if item.file in files and not is_registered(item, test_file, class_name, method):
             groups.setdefault((item.file, item.template), []).append(item)
     in_order = sorted(groups.items(), key=lambda kv: (files.index(kv[0][0]), kv[1][0].line or 0))
 
@@ -119,7 +123,7 @@ def nearby_tests(collected: list[CollectedItem], test_file: str, class_name: str
     chosen = {n.node_id: n for n in list(chosen.values())[: limit * 2 // 3]}
     if class_name:
         anchor = next((item.line or 0 for item in collected
-                       if item.file == test_file and item.is_variant_of(registered)), 0)
+                       if is_registered(item, test_file, class_name, method)), 0)
         same_class = [(items, abs((items[0].line or 0) - anchor)) for (file, _), items in in_order
                       if file == test_file and items[0].template_class == class_name]
         for items, _distance in sorted(same_class, key=lambda pair: pair[1]):
