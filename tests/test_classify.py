@@ -874,7 +874,10 @@ def test_fallback_answers_only_when_the_best_category_clearly_wins():
     tracer_cut = "\n".join(lines[:end])
     g = fallback.guess(tracer_cut, _fallback_frame_kind)
     assert g is None
-    assert classify(tracer_cut).category == "unknown"
+    assert classify(tracer_cut, text_model=None).category == "unknown"
+    # only the learned guess is left, and it says it is one
+    c = classify(tracer_cut)
+    assert guessed(c) and {e.rule for e in c.evidence} == {"fallback:learned"} and c.confidence <= 0.2
 
 
 def test_fallback_reads_the_subsystem_that_logged_a_line():
