@@ -144,3 +144,21 @@ def test_the_default_model_is_fitted_once_and_then_loaded_from_the_cache(tmp_pat
         assert saved.stat().st_size > 1000
     finally:
         learned.default_model.cache_clear()
+
+
+def test_an_exception_no_rule_knows_is_guessed_at_only_when_torch_raised_it() -> None:
+    """A user's ValueError stays `unknown`; the same exception raised inside torch.fx (no rule reads that frame)
+    is guessed at."""
+    user = ("Traceback (most recent call last):\n"
+            '  File "/repo/train.py", line 14, in <module>\n'
+            "    out = model(x)\n"
+            '  File "/repo/pkg/ops.py", line 3, in double\n'
+            '    raise ValueError(f"double() cannot take {x}")\n'
+            "ValueError: double() cannot take 21\n")
+    assert classify(user, exit_code=1).category == "unknown"
+    in_torch = user.replace("/repo/pkg/ops.py", "/venv/lib/python3.11/site-packages/torch/fx/graph.py")
+    c = classify(in_torch, exit_code=1)
+    assert c.category != "unknown" and guessed(c) and c.confidence <= learned.MAX_CONFIDENCE
+    assert classify(in_torch, exit_code=1, text_model=None).category == "unknown"  # no rule places it
+    # nor is a lone exception line: it says nothing of whose code raised it
+    assert classify("ValueError: double() cannot take 21\n", exit_code=1).category == "unknown"

@@ -21,7 +21,8 @@ How it decides
 4. When no rule finds anything, ``fallback.guess`` may name a category from where the frames are,
    which subsystem logged, the words of the text and printed results, with a low confidence.
 5. When the fallback does not answer either, and the text is not the output of a run that passed,
-   ``learned`` guesses from the words of the labelled corpus, with a lower confidence still; else
+   ``learned`` guesses from the words of the labelled corpus, with a lower confidence still: for text
+   without an exception line, or with an exception no rule knows that torch's own code raised; else
    the text stays ``unknown``.
 """
 
@@ -917,7 +918,8 @@ def classify(text: str, exit_code: int | None = None, signal_name: str | None = 
     guess = fallback.guess(text, _fallback_frame_kind) \
         if not ranked and parsed.final_exc is None and exit_code != 0 else None
     learned_guess = None
-    if guess is None and not ranked and parsed.final_exc is None and exit_code != 0 and text_model is not None:
+    if guess is None and not ranked and exit_code != 0 and text_model is not None and (
+            parsed.final_exc is None or _raised_in_torch(parsed)):
         learned_guess = _learned_guess(text, text_model)
     if guess is not None:
         # no rule placed the text: the fallback's best guess, with a confidence below any rule's
@@ -979,6 +981,17 @@ def classify(text: str, exit_code: int | None = None, signal_name: str | None = 
     evidence = _select_evidence(text, index, hits, category, secondary)
     return Classification(category=category, secondary=secondary, confidence=confidence, evidence=evidence,
                           compile_mode=mode, phase=phase, failure=record)
+
+
+def _raised_in_torch(parsed: ParsedFailure) -> bool:
+    """The final exception was raised in torch's code or in code it generated. One raised in the user's code (a
+    ValueError of their own), or a lone exception line (`AssertionError: False is not true` after any check), is
+    not guessed at."""
+    block = next((b for b in reversed(parsed.blocks) if b.exc is not None), None)
+    if block is None or not block.frames:
+        return False
+    innermost = block.frames[-1]
+    return innermost.in_torch or innermost.in_generated_code()
 
 
 def _learned_guess(text: str, text_model: TextModel | Literal["default"]) -> LearnedGuess | None:

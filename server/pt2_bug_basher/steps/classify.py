@@ -227,8 +227,9 @@ def _caveat(result: Classification) -> str:
 
     if not guessed(result):
         return ""
-    return (f"The category is a guess (confidence {result.confidence:.2f}): the text holds no exception line and "
-            "no rule placed it; the evidence lines weighed most. The diagnostic run confirms or refutes it. ")
+    return (f"The category is a guess (confidence {result.confidence:.2f}): no rule placed the text (it holds no "
+            "exception line, or one no rule knows); the evidence lines weighed most. The diagnostic run confirms "
+            "or refutes it. ")
 
 
 def script_of(argv: list[str]) -> str | None:
