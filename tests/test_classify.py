@@ -1079,9 +1079,18 @@ def test_tenth_round_classes() -> None:
     # printed without and with compile, the same: no evidence of a wrong result
     same = "Without compile: tensor([0., 2.])\nWith compile: tensor([0., 2.])\n"
     assert classify(same, 0, text_model=None).category == "unknown"
-    # the profiler's report of a run without recompiles gives no such evidence
-    quiet = "Recompilation\n-------------\nNo recompilation detected.\n"
-    assert "profiler_recompile_report" not in {e.rule for e in classify(quiet, text_model=None).evidence}
+    # the profiler's report of a run without recompiles gives no such evidence: its section header is printed in
+    # every report, then torch's `No recompilation detected.` in place of the table
+    report = TRAINING_BY_ID["tu10a-rc-05"]["text"]
+    quiet = report[:report.index("Function ")] + "No recompilation detected.\n"
+    assert "These subgraphs were recompiled more than once" in quiet
+    assert classify(quiet, text_model=None).category == "unknown"
+    # its graph-break table in the same report (`No graph breaks detected.` otherwise), as torch's tabulate prints it
+    table = ("Graph Break Reason                     Count\n-----------------------------------  -------\n"
+             "call_function BuiltinVariable(print)       1\n")
+    broken = quiet.replace("No graph breaks detected.\n", table)
+    c = classify(broken, text_model=None)
+    assert c.category == "graph_break" and c.evidence[0].rule == "profiler_graph_break_report", c
     # a user's own input-count check is not export's
     own = "ValueError: Unexpected number of inputs for my layer\n"
     assert classify(own, text_model=None).category != "export"

@@ -119,6 +119,8 @@ RULES: tuple[Rule, ...] = (
     _r("unsupported_exception", "graph_break", 3.0, "Unsupported",
        r"^(?!.*(?:[Rr]ecompil\w* limit|recompile_limit|cache_size_limit))"
        r".*(?:\bUnsupported(?::|\s{2,}Traceback)|exc\.Unsupported\b)"),
+    # the CompileProfiler report's table of graph-break reasons (`No graph breaks detected.` when there is none)
+    _r("profiler_graph_break_report", "graph_break", 3.0, "Graph Break Reason", r"^Graph Break Reason +Count\b"),
     _r("graph_break_log", "graph_break", 3.0, ("raph break", "raph Break"),
        r"[Gg]raph [Bb]reak(?: in user code| from user code|:| [Rr]eason:)"),
     _r("graph_break_explanation", "graph_break", 1.5,
@@ -131,8 +133,9 @@ RULES: tuple[Rule, ...] = (
     _r("graph_breaks_log_tag", "graph_break", 2.0, ("[__graph_breaks]", ".__graph_breaks: [")),
     _r("explain_break_reason", "graph_break", 2.5, "user_stack=[<FrameSummary",
        r"reason='[^\n]{0,1000}?', user_stack=\[<FrameSummary"),
+    # not a report of none (`No graph breaks detected.`), nor the CompileProfiler's header, printed in every report
     _r("graph_break_mention", "graph_break", 1.0, ("raph break", "raph-break", "RAPH BREAK"),
-       r"(?i)\bgraph[ -]breaks?\b"),
+       r"(?i)^(?!.*\bno graph[ -]breaks?\b|\s*graph breaks happen when torchdynamo)(?=.*\bgraph[ -]breaks?\b)"),
     # backend compiler
     _r("backend_compiler_failed", "backend_compiler_failed", 3.0, "BackendCompilerFailed"),
     _r("backend_raised", "backend_compiler_failed", 3.0, "backend='", r"backend='[^']*' raised"),
@@ -155,9 +158,11 @@ RULES: tuple[Rule, ...] = (
        r"hit (?:config\.)?(?:recompile_limit|cache_size_limit)|(?:recompile_limit|cache_size_limit) reached"
        r"|[Rr]ecompile limit exceeded|hit recompilation cache limit|cache size limit (?:hit|reached|exceeded)"),
     _r("recompiling_function", "recompile", 2.5, "Recompiling function", r"Recompiling function \S+ in "),
-    # the CompileProfiler report (torch 2.0): a table of recompiled functions and the cache-limit advice
-    _r("profiler_recompile_report", "recompile", 3.0,
-       ("recompiled more than once due to guard failures", "to avoid being cache limited")),
+    # the CompileProfiler report (torch 2.0-2.5): its table of recompiled functions and the cache-limit advice,
+    # printed only when something recompiled (its section header is printed in every report, with `No
+    # recompilation detected.` when nothing did)
+    _r("profiler_recompile_report", "recompile", 3.0, ("Recompile Reasons", "to avoid being cache limited"),
+       r"\bRecompiles +Recompile Reasons\b|to avoid being cache limited"),
     _r("guard_failure", "recompile", 2.0, "triggered by the following guard failure"),
     _r("recompiles_log", "recompile", 1.0, "[__recompiles"),
     # accuracy
