@@ -1091,6 +1091,12 @@ def test_tenth_round_classes() -> None:
     broken = quiet.replace("No graph breaks detected.\n", table)
     c = classify(broken, text_model=None)
     assert c.category == "graph_break" and c.evidence[0].rule == "profiler_graph_break_report", c
+    # functionalization's refusal of an in-place op on overlapping windows, pasted as its RuntimeError line only
+    d = TUNING_BY_ID["tu-local-bcf_functionalize_overlap"]
+    (refusal,) = [line for line in d["text"].splitlines() if line.startswith("RuntimeError: ")]
+    c = classify(refusal, text_model=None)
+    assert c.category == "backend_compiler_failed" and c.evidence[0].rule == "functionalization_refused", c
+    assert classify(d["text"], d["exit_code"], text_model=None).category == "backend_compiler_failed"
     # a user's own input-count check is not export's
     own = "ValueError: Unexpected number of inputs for my layer\n"
     assert classify(own, text_model=None).category != "export"

@@ -139,6 +139,10 @@ RULES: tuple[Rule, ...] = (
     # backend compiler
     _r("backend_compiler_failed", "backend_compiler_failed", 3.0, "BackendCompilerFailed"),
     _r("backend_raised", "backend_compiler_failed", 3.0, "backend='", r"backend='[^']*' raised"),
+    # AOTAutograd's functionalization refusing a mutation while the graph compiles (pasted without the
+    # BackendCompilerFailed line above it)
+    _r("functionalization_refused", "backend_compiler_failed", 3.0,
+       "functionalization encountered a tensor being mutated"),
     _r("inductor_error", "backend_compiler_failed", 3.0, "InductorError"),
     _r("lowering_exception", "backend_compiler_failed", 2.5, "LoweringException"),
     _r("cpp_compile_error", "backend_compiler_failed", 2.5, ("CppCompileError", "C++ compile error")),
