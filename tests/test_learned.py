@@ -162,3 +162,16 @@ def test_an_exception_no_rule_knows_is_guessed_at_only_when_torch_raised_it() ->
     assert classify(in_torch, exit_code=1, text_model=None).category == "unknown"  # no rule places it
     # nor is a lone exception line: it says nothing of whose code raised it
     assert classify("ValueError: double() cannot take 21\n", exit_code=1).category == "unknown"
+
+
+@pytest.mark.parametrize("text", [
+    "tensor([3, 3], device='cuda:0')\ntensor([1, 1], device='cuda:0')\n",  # two results, unlabelled
+    "[1, 2, 3]   # eager\n[1, 2, 5]   # inductor\n",  # labelled by a comment
+    "ref: 0.4999\nres: 0.0894\n",
+])
+def test_two_printed_results_show_a_failure(text: str) -> None:
+    """A report of a wrong result prints the two results; one print alone is no failure."""
+    assert learned.shows_a_failure(text)
+    c = classify(text)
+    assert c.category != "unknown" and guessed(c)
+    assert not learned.shows_a_failure(text.split("\n")[0] + "\nstep 10 done\n")

@@ -46,6 +46,10 @@ _FAILURE_OUTPUT = re.compile(
     r"|\btorch\.[\w.]+: \[(?:WARNING|ERROR|CRITICAL)\]"
     r"|(?i:error|exception|fail|assert|traceback|warn|abort|fault|mismatch|\bnan\b|recompil|guard|unsupported)",
     re.MULTILINE)
+# a line that prints a result: a tensor, an array, a list of numbers or a number, after an optional label
+_PRINTED_RESULT = re.compile(r"^[^\S\n]*(?:[\w .()-]{0,40}[:=][^\S\n]*)?"
+                             r"(?:tensor\(|array\(|\[+[^\S\n]*[-+]?(?:\d|inf\b|nan\b)|[-+]?\d[\d.e+-]*[^\S\n]*$)",
+                             re.MULTILINE)
 SMOOTHING_ALPHA = 1.0  # scikit-learn's default additive smoothing
 CACHE_DIR_ENV = "PT2_BUG_BASHER_CACHE_DIR"
 # corpus files, in the order they are read; a sample labelled `other` has no class to learn
@@ -106,10 +110,12 @@ def load_corpus(directory: Path | None = None) -> list[LabelledText]:
 
 
 def shows_a_failure(text: str) -> bool:
-    """The text is output of a failing program: a traceback frame, a warning or error that torch logged,
-    or a word of failure. Code, prose, plain prints and info logs are not guessed at."""
+    """The text is output of a failing program: a traceback frame, a warning or error that torch logged, a
+    word of failure, or two printed results (what a report of a wrong result shows). Code, prose, a single
+    print and info logs are not guessed at."""
     tail = _tail(text)
-    return bool(_FAILURE_OUTPUT.search(tail)) or any(_match_frame(strip_prefix(line)) for line in tail.split("\n"))
+    return (bool(_FAILURE_OUTPUT.search(tail)) or len(_PRINTED_RESULT.findall(tail)) >= 2
+            or any(_match_frame(strip_prefix(line)) for line in tail.split("\n")))
 
 
 def _tail(text: str) -> str:
