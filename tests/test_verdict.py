@@ -143,6 +143,36 @@ def test_run_with_logs_verdict(module_config, schemas, script: Path, category, r
         assert any("recompile limit hit (factor ==" in line for line in verdict["evidence"]), verdict["evidence"]
 
 
+def test_a_run_that_passes_after_the_reproduction_says_so(module_config, schemas):
+    """After a reproduction, a passing run of the same script is most likely the fix holding: the next step says
+    so and goes on with the case, instead of asking whether the script runs the failing configuration."""
+    script = SCRIPTS / "bare_assert_mismatch.py"
+    case_id, data = _reproduced(module_config, script)
+    assert data["reproduced"] and data["same_signature"]
+
+    async def go():
+        async with Client(create_server(module_config)) as client:
+            result = await client.call_tool("run_with_logs", {"case_id": case_id, "script": str(script), "repeat": 1,
+                                                              "env": {"PT2BB_FIXED": "1"}})
+            assert not result.is_error, result.content[0].text
+            return result.structured_content
+
+    data = anyio.run(go)
+    assert not any(r["failed"] for r in data["runs"]) and data["same_signature"] is False
+    assert data["next_step"].startswith("The script passes now") and "did not fail" not in data["next_step"]
+    _assert_calls_accepted(data["next_step"], schemas)
+    # another script that passes was never reproduced: no such claim for it
+    other = module_config.default_repo / "passes.py"
+    shutil.copy(SCRIPTS / "passes.py", other)
+
+    async def other_run():
+        async with Client(create_server(module_config)) as client:
+            result = await client.call_tool("run_with_logs", {"case_id": case_id, "script": str(other), "repeat": 1})
+            return result.structured_content
+
+    assert "did not fail" in anyio.run(other_run)["next_step"]
+
+
 # --------------------------------------------------------------------------------------------
 # Through `triage --json`
 

@@ -60,7 +60,7 @@ class RunWithLogsResult(BaseModel):
     env_added: dict[str, str]
     runs: list[RunOutcome]
     reproduced: bool = Field(description="every run failed, with the same signature")
-    same_signature: bool
+    same_signature: bool = Field(description="the runs failed with one signature (false when none failed)")
     failure: FailureSummary | None = None
     graph_breaks: list[GraphBreakInfo] = Field(default_factory=list)
     graph_break_total: int = 0
@@ -199,7 +199,8 @@ async def run_repro(
     same = all_failed and len(signatures) == 1
     result = RunWithLogsResult(
         case_id=case.case_id, script=str(script), command=argv, env_added={**parsed[0].result.env_add},
-        runs=[p.outcome_model(case.case_id) for p in parsed], reproduced=same, same_signature=len(signatures) == 1,
+        runs=[p.outcome_model(case.case_id) for p in parsed], reproduced=same,
+        same_signature=len(signatures) == 1 and any(p.failed for p in deciding),
         inductor_config=dict(inductor_config or {}), next_step="",
         compile_off=compile_off.outcome_model(case.case_id) if compile_off else None,
         logged_runs=[v.outcome_model(case.case_id) for v in logged],

@@ -142,6 +142,25 @@ def record(store: Store, case: CaseRecord, script: Path, args: list[str], result
                                               signatures=sorted(str(r.signature) for r in runs)))
 
 
+def _scripts_of(evidence: ReproduceEvidence) -> set[Path]:
+    return {Path(p).resolve() for p in (evidence.script, evidence.script_origin) if p}
+
+
+async def _passes_after_reproducing(state: AppState, result: RunWithLogsResult) -> str | None:
+    """A passing run of a case whose failure was reproduced before: most likely the fix holding, not a repro
+    that fails to fail. The case goes on from where it stands."""
+    here = Path(result.script).resolve()
+    reproduced = [e for e in state.store.evidence(result.case_id, Step.reproduce.value)
+                  if e.ok and here in _scripts_of(e.payload(ReproduceEvidence))]
+    if not reproduced:
+        return None
+    status = await state.status(result.case_id)
+    return (f"The script passes now; it failed the same way every time when it was reproduced "
+            f"({reproduced[-1].summary}). If torch's sources changed since (a fix), that is the fix holding here; "
+            "the registered test's run (run_tests) is what verifies it. If nothing changed, the failure depends on "
+            f"something else (inputs, environment, cache). Next: {status.next_step}")
+
+
 def proving_runs(result: RunWithLogsResult) -> list[RunOutcome]:
     """The runs the verdict rests on: the logged reruns when only they showed the failure."""
     return result.logged_runs if any(r.failed for r in result.logged_runs) else result.runs
@@ -158,6 +177,8 @@ async def next_step(state: AppState, result: RunWithLogsResult, repeat: int, spe
     call = f'run_with_logs(case_id="{case_id}", script="{result.script}"'
     if result.verdict is not None and result.verdict.category == USER_ERROR and result.reproduced:
         return (await state.status(case_id)).next_step
+    if failed == 0 and (passes_now := await _passes_after_reproducing(state, result)):
+        return passes_now
     if failed == 0 and result.logged_runs:
         return ("The script did not fail: exit 0, no mismatch reported, and reruns with "
                 f"TORCH_LOGS={SILENT_LOGS} showed no graph break and no recompile limit. Check that it runs the "

@@ -1,13 +1,18 @@
 """A compiled result that differs from eager, checked with a bare assert (no traceback from torch).
 
 The backend adds 1 to every output, as a miscompiling backend would; with compilation off the
-assert holds.
+assert holds. PT2BB_FIXED=1 stands for the fix: the backend then runs the graph as it is.
 """
+
+import os
 
 import torch
 
 
 def off_by_one(gm, example_inputs):
+    if os.environ.get("PT2BB_FIXED") == "1":
+        return gm.forward
+
     def run(*args):
         return [out + 1 for out in gm(*args)]
 
