@@ -53,6 +53,17 @@ async def test_classify_a_text_without_a_case(state: AppState) -> None:
         in result.next_step
     with pytest.raises(InvalidInput, match="exactly one of text"):
         await classify.classify_error(state)
+    # the default repository is no PyTorch checkout: the guide names upstream PyTorch's files, none "absent"
+    repo = state.config.default_repo
+    assert not (repo / "torch").exists()
+    assert result.guide.source_files and result.guide.test_files and result.guide.not_present == []
+    # in a PyTorch checkout, only the files it holds
+    (repo / "torch" / "_inductor").mkdir(parents=True)
+    (repo / "torch" / "__init__.py").write_text("")
+    (repo / "torch" / "_inductor" / "lowering.py").write_text("")
+    in_checkout = await classify.classify_error(state, text=BACKEND_FAILURE)
+    assert in_checkout.guide.source_files == ["torch/_inductor/lowering.py"] and in_checkout.guide.test_files == []
+    assert in_checkout.guide.not_present
     # a diagnostic that is a logged run, made before any reproduction, runs twice: it reproduces as well
     internal = await classify.classify_error(state, text="torch._dynamo.exc.InternalTorchDynamoError: KeyError: k\n")
     assert internal.category == "dynamo_internal"

@@ -94,7 +94,8 @@ async def classify_error(
         suspects=exception_suspects(text or "") if result.category != "accuracy" else [],
         similar_reports=[SimilarReportOut(url=r.url, label=r.label, subcategory=r.subcategory,
                                           similarity=r.similarity) for r in similar],
-        diagnostic="", guide=guide(result.category, None, state.config.default_repo), recorded=False, next_step="",
+        diagnostic="", guide=guide(result.category, None, _torch_checkout(state.config.default_repo)), recorded=False,
+        next_step="",
     )
     if case_id is None:
         # the paste parsed once, in a worker thread: whose code raised, and which environment it ran in
@@ -156,6 +157,12 @@ async def classify_error(
     out.diagnostic, out.next_step = await anyio.to_thread.run_sync(from_state)
     out.next_step = _caveat(result) + out.next_step
     return out
+
+
+def _torch_checkout(repo: Path) -> Path | None:
+    """The server's default repository when it is a PyTorch checkout, whose files the guide can name; elsewhere
+    (a user's project, any folder) the guide names upstream PyTorch's paths."""
+    return repo if (repo / "torch" / "__init__.py").is_file() else None
 
 
 def _paste_facts(text: str, category: str) -> tuple[Frame | None, bool, Path | None]:
