@@ -24,6 +24,7 @@ from pt2_bug_basher.execution.pytest.session import run_pytest
 from pt2_bug_basher.execution.runs import execute
 from pt2_bug_basher.execution.warm import WarmRequest
 from pt2_bug_basher.mcp_server.server import create_server
+from pt2_bug_basher.report.views import run_view
 
 pytestmark = pytest.mark.anyio
 
@@ -253,6 +254,9 @@ async def test_a_fix_to_a_lowering_is_seen_by_the_next_run_despite_caches_and_wa
             assert all(len(f) == 1 and next(iter(f)).startswith(FORKED) for f in forked_from), forked_from
             assert forked_from[0] == forked_from[1] != forked_from[2]  # the warm interpreter was replaced
             old_server = store.get_run(next(iter(forked_from[0]))[len(FORKED):-1])
-            assert old_server.status == "finished"
+            # stopped by the server, not a crash: no signal on record, and the report says what it was
+            assert old_server.status == "stopped" and old_server.signal is None and old_server.exit_code is None
+            view = run_view(old_server, 0.0)
+            assert view.kind == "stopped" and "warm interpreter" in view.outcome
     finally:
         warm.stop_all(store)

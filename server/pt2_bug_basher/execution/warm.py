@@ -237,6 +237,9 @@ def plan(case: CaseRecord, argv: list[str], cwd: Path, environ: dict[str, str],
     return Plan(key=key, start_env=start_env, request=request, files=files)
 
 
+STOPPED = "stopped"  # the status of a warm interpreter's run that the server stopped (at exit, idle or replaced)
+
+
 def _socket_path() -> Path:
     # AF_UNIX paths are limited to ~100 bytes: keep the name short.
     return Path("/tmp") / f"pt2bb-warm-{os.getpid()}-{time.monotonic_ns() % 10**9}.sock"
@@ -247,11 +250,16 @@ def _finish(server: WarmServer) -> None:
     if server.finished:
         return
     server.finished = True
+    ended = server.service.exit_code()  # before the stop: it idled out or died on its own
     server.service.stop()
     code = server.service.exit_code()
     with contextlib.suppress(Exception):  # at exit the store may be gone; the process is stopped either way
-        server.store.finish_run(server.run_id, "finished", code if code is not None and code >= 0 else None,
-                                None if code is None or code >= 0 else f"signal {-code}")
+        if ended is None:  # stopped by this server: no failure of the interpreter's
+            server.store.finish_run(server.run_id, STOPPED, None, None, {"warm_interpreter": True})
+        else:
+            signal_name = None if code is None or code >= 0 else f"signal {-code}"
+            server.store.finish_run(server.run_id, "finished", code if code is not None and code >= 0 else None,
+                                    signal_name, {"warm_interpreter": True})
     with contextlib.suppress(OSError):
         server.socket_path.unlink(missing_ok=True)
 

@@ -16,7 +16,7 @@ _e = html.escape
 STATUS_COLOURS = {"done": "#1a7f37", "waived": "#9a6700", "stale": "#6e7781", "failed": "#cf222e",
                   "stopped": "#82071e", "pending": "#d0d7de", "agent": "#8250df"}
 RUN_COLOURS = {"ok": "#1a7f37", "failed": "#cf222e", "signal": "#82071e", "timeout": "#bc4c00",
-               "interrupted": "#6e7781", "cancelled": "#6e7781", "running": "#0969da"}
+               "interrupted": "#6e7781", "cancelled": "#6e7781", "stopped": "#6e7781", "running": "#0969da"}
 
 
 def _nice_ticks(lo: float, hi: float, count: int = 4) -> list[float]:

@@ -271,6 +271,8 @@ def run_view(run: RunRecord, t0: float) -> RunView:
         kind, outcome = "interrupted", "interrupted: its server stopped"
     elif status == "cancelled":
         kind, outcome = "cancelled", "cancelled"
+    elif status == "stopped":
+        kind, outcome = "stopped", "warm interpreter that forked the runs; stopped by the server"
     elif run.signal:
         kind, outcome = "signal", f"killed by {run.signal}"
     elif run.exit_code == 0:
