@@ -227,10 +227,13 @@ def test_report_of_a_case_with_only_check_env(config):
     assert result.ok
     report = build_report(Store(config.state_dir), result.case_id)
     assert report.notes == []
-    assert report.complete == 1 and report.total == 13
+    # steps 9 and 10 (root cause, fix) are the agent's: the progress counts the 11 the server checks
+    assert report.complete == 1 and report.total == 11 and report.agent_steps.startswith("9 (") and " and 10 (" \
+        in report.agent_steps
     assert [s.status for s in report.steps][:3] == ["done", "pending", "pending"]
     md = render_markdown(report)
     assert "No runs yet." in md and "Not classified yet." in md and "None." in md and "Not celebrated yet." in md
+    assert f"1 of 11 steps the server checks complete; steps {report.agent_steps} are the agent's own" in md
     page = render_html(report)
     assert result.case_id in page and "No runs yet." in page and "<script" not in page.lower()
 

@@ -134,7 +134,9 @@ def build_report(store: Store, case_id: str, tree_hash: Callable[[], str] | None
     report = CaseReport(
         case_id=case.case_id, repo=case.repo, python=case.python, torch=torch, created=when_text(case.created_at),
         generated=when_text(time.time()), complete=sum(s.status in ("done", "waived") for s in steps),
-        total=len(steps), stopped=status.stopped, next_step=status.next_step, steps=steps,
+        total=sum(s.status != "agent" for s in steps),
+        agent_steps=" and ".join(f"{s.number} ({s.title.lower()})" for s in steps if s.status == "agent"),
+        stopped=status.stopped, next_step=status.next_step, steps=steps,
         runs=run_views[-MAX_RUNS_SHOWN:] if hidden else run_views, runs_hidden=hidden, classification=None,
         localization=None, minify=[], tests=TestsView(None, None, None, None, []), artifacts=[],
         waivers=[WaiverView(w.step, clip(w.reason), when_text(w.created_at)) for w in waivers], summary=None,

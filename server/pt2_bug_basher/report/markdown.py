@@ -42,7 +42,8 @@ def render_markdown(report: CaseReport) -> str:
     out = [f"# Case report: {md_code(r.case_id)}", ""]
     out += [f"- **Repository**: {md_code(r.repo, 500)}", f"- **Python**: {md_code(r.python, 500)}",
             f"- **torch**: {md_text(r.torch)}", f"- **Opened**: {r.created}",
-            f"- **Progress**: {r.complete} of {r.total} steps complete",
+            f"- **Progress**: {r.complete} of {r.total} steps the server checks complete"
+            + (f"; steps {md_text(r.agent_steps)} are the agent's own" if r.agent_steps else ""),
             f"- **Next step**: {md_text(r.next_step)}"]
     if r.stopped:
         out += ["", f"> **Stopped**: {md_text(r.stopped)}"]

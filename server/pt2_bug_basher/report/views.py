@@ -170,7 +170,8 @@ class CaseReport:
     created: str
     generated: str
     complete: int
-    total: int
+    total: int  # the steps the server checks; the agent's own (root cause, fix) are named in agent_steps
+    agent_steps: str
     stopped: str | None
     next_step: str
     steps: list[StepView]
