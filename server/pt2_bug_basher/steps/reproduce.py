@@ -142,6 +142,14 @@ def record(store: Store, case: CaseRecord, script: Path, args: list[str], result
                                               signatures=sorted(str(r.signature) for r in runs)))
 
 
+def _exited_with_the_failure(store: Store, case_id: str, evidence: ReproduceEvidence) -> bool:
+    """The reproduction's runs ended in the failure (an exit code or a signal): one that showed only in logs
+    (graph breaks, recompiles) says nothing of a plain run that passes."""
+    wanted = set(evidence.run_ids)
+    runs = [r for r in store.runs(case_id) if r.run_id in wanted]
+    return bool(runs) and all(r.signal or r.exit_code not in (0, None) for r in runs)
+
+
 def _scripts_of(evidence: ReproduceEvidence) -> set[Path]:
     return {Path(p).resolve() for p in (evidence.script, evidence.script_origin) if p}
 
@@ -151,7 +159,8 @@ async def _passes_after_reproducing(state: AppState, result: RunWithLogsResult) 
     that fails to fail. The case goes on from where it stands."""
     here = Path(result.script).resolve()
     reproduced = [e for e in state.store.evidence(result.case_id, Step.reproduce.value)
-                  if e.ok and here in _scripts_of(e.payload(ReproduceEvidence))]
+                  if e.ok and here in _scripts_of(e.payload(ReproduceEvidence))
+                  and _exited_with_the_failure(state.store, result.case_id, e.payload(ReproduceEvidence))]
     if not reproduced:
         return None
     status = await state.status(result.case_id)
