@@ -327,7 +327,10 @@ def test_accuracy_failure_names_the_kernel_that_writes_the_wrong_output(session)
     assert lines[kernel["line"] - 1].startswith(f"{writer} = async_compile.cpp_pybinding(")
     assert writer in lines[kernel["call_line"] - 1]
     body = {line.strip() for line in lines}
-    assert all(line in body for line in kernel["excerpt"].splitlines())
+    assert all(line.strip() in body for line in kernel["excerpt"].splitlines())
+    # as generated: braces and indentation kept, so the loop nest reads as it runs
+    assert any(line.strip() == "}" for line in kernel["excerpt"].splitlines())
+    assert any(line.startswith(" ") for line in kernel["excerpt"].splitlines())
     assert "auto tmp1 = tmp0 + decltype(tmp0)(1);" in kernel["excerpt"]
     assert "#include" not in kernel["excerpt"] and len(kernel["excerpt"]) <= 1200
     assert _file(result, kernel["output_code"]) == _file(result, graph["dir_uri"] + "output_code.py")

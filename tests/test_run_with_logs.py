@@ -247,7 +247,10 @@ async def test_output_code_logs_give_the_generated_kernels_in_a_field_of_their_o
     assert "auto tmp1 = tmp0 + decltype(tmp0)(1);" in kernel["code"]
     logged = {line.split("[__output_code] ", 1)[1].strip() for line in stderr.splitlines()
               if "[__output_code] " in line}
-    assert all(line in logged for line in kernel["code"].splitlines())
+    assert all(line.strip() in logged for line in kernel["code"].splitlines())
+    # as generated: braces and indentation kept, so the loop nest reads as it runs
+    assert any(line.strip() == "}" for line in kernel["code"].splitlines())
+    assert any(line.startswith(" ") for line in kernel["code"].splitlines())
     assert "#include" not in kernel["code"] and sum(len(k["code"]) for k in data["kernels"]) <= 6000
     # The tail ends on the error, not on the wrapper's boilerplate the log printed before it.
     assert not any("compiled_module_main" in line or "[__output_code]" in line for line in data["tail"])

@@ -617,7 +617,9 @@ class LoggedKernel(BaseModel):
     source_nodes: list[str] = Field(default_factory=list, description="FX nodes it computes, from Inductor's "
                                                                       "source-node comment (when it wrote one)")
     aten_ops: list[str] = Field(default_factory=list, description="ATen ops of that comment")
-    code: str = Field(description="its source-node comment and code, boilerplate left out (bounded)")
+    code: str = Field(description=(
+        "its source-node comment and code as generated, indentation and braces kept; #include and import lines, "
+        "decorators and blank lines left out; a long kernel is cut, with '... (N more)' saying so"))
 
 
 def logged_output_code(text: str) -> list[tuple[str | None, str]]:

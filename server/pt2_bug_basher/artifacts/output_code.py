@@ -51,7 +51,8 @@ class Kernel:
         return [item.split(":", 1)[0].strip() for item in match.group(1).split(",") if item.strip()]
 
     def excerpt(self, max_chars: int, focus: str | None = None) -> str:
-        """The kernel's code without includes, imports, decorators and lone braces, within max_chars.
+        """The kernel's code without includes, imports, decorators and blank lines, its indentation and braces
+        kept (so its nesting reads as generated), within max_chars.
 
         Too long, it is cut after its head; with `focus` (a parameter such as out_ptr1), it keeps the lines
         that lead up to the last one using that parameter, where the kernel stores that output."""
@@ -60,11 +61,10 @@ class Kernel:
         kept = []
         for line in lines[start:]:
             stripped = line.strip()
-            if (not stripped or stripped.startswith((*_BOILERPLATE, "'''")) or _CPP_FLAG in stripped
-                    or set(stripped) <= set("{};")):
+            if not stripped or stripped.startswith((*_BOILERPLATE, "'''")) or _CPP_FLAG in stripped:
                 continue
-            kept.append(stripped if self.kind == "cpp" else line.rstrip())
-        if self.kind != "cpp" and kept:
+            kept.append(line.rstrip())
+        if kept:
             indent = min(len(line) - len(line.lstrip()) for line in kept)
             kept = [line[indent:] for line in kept]
         if sum(len(line) + 1 for line in kept) <= max_chars:
