@@ -8,7 +8,6 @@ accuracy failures category). The comparison used is always reported.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,7 +112,7 @@ class LadderRow(BaseModel):
     match: str | None = Field(None, description="signature or exception: how it matched the case's failure")
     failure: str | None = None
     run_id: str
-    seconds: float
+    seconds: float = Field(description="the run's own seconds (waiting for a warm interpreter to start not counted)")
 
 
 class LocalizeResult(BaseModel):
@@ -184,7 +183,6 @@ async def localize(
     async def rung(backend: str, dynamic: str) -> LadderRow:
         argv = command(backend, dynamic)
         async with limiter:
-            started = time.monotonic()
             result = await execute(store, case, argv, tool="localize", cwd=cwd or script.parent, env_add=ref.env,
                                    timeout_s=timeout, progress=progress, warm=WarmRequest(),
                                    label=f"localize backend={backend} dynamic={dynamic}")
@@ -193,7 +191,7 @@ async def localize(
         match = same_failure(verdict, ref.failure, RERUN_OR_ACCURACY).level
         row = LadderRow(backend=backend, dynamic=dynamic, outcome=_outcome(verdict, match, compiled), match=match,
                         failure=None if not verdict.failed else describe(verdict)[:300], run_id=result.run_id,
-                        seconds=round(time.monotonic() - started, 1))
+                        seconds=round(result.outcome.duration_s, 1))  # the run's own, not a warm interpreter's start
         await progress(f"localize: backend={backend} dynamic={dynamic}: {row.outcome}")
         if on_row is not None:
             on_row(row)
