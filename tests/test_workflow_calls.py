@@ -55,3 +55,19 @@ def test_the_environment_step_shows_how_the_case_was_opened(tmp_path: Path):
     case = store.create_case(str(tmp_path), sys.executable, {})
     call = Workflow(store, case.case_id, lambda: "tree").step_status(SPEC[Step.environment]).tool_call
     assert call == f'check_env(python="{sys.executable}", repo="{tmp_path}")'
+
+
+def test_a_registered_test_step_shows_the_call_that_registered_it(tmp_path: Path):
+    from pt2_bug_basher.domain.evidence import TestEvidence
+
+    store = Store(tmp_path / "state")
+    case = store.create_case(str(tmp_path), sys.executable, {})
+
+    def call() -> str:
+        return Workflow(store, case.case_id, lambda: "tree").step_status(SPEC[Step.test]).tool_call
+
+    assert 'test_file="test/<area>/test_<topic>.py"' in call()  # nothing registered yet: the template
+    store.add_evidence(case.case_id, Step.test, True, "fails as the repro does", run_id="run-t",
+                       data=TestEvidence(test_file="test/test_decomp.py", test_name="DecompTests.test_hardsigmoid"))
+    assert call() == (f'register_test(case_id="{case.case_id}", test_file="test/test_decomp.py", '
+                      'test_name="DecompTests.test_hardsigmoid")')

@@ -18,7 +18,7 @@ from pt2_bug_basher.case.store import EvidenceRecord, Store, WaiverRecord
 from pt2_bug_basher.domain.calls import format_call
 from pt2_bug_basher.domain.digest import python_source_digest
 from pt2_bug_basher.domain.errors import GateClosed, InvalidInput
-from pt2_bug_basher.domain.evidence import MainCheckEvidence, ReproduceEvidence
+from pt2_bug_basher.domain.evidence import MainCheckEvidence, ReproduceEvidence, TestEvidence
 from pt2_bug_basher.domain.names import Step, ToolName
 
 
@@ -247,6 +247,12 @@ class Workflow:
         if spec.step == Step.environment:
             # the case's own interpreter and repository, as check_env would be called again for them
             call = format_call(ToolName.check_env, python=self.case.python, repo=self.case.repo)
+        if spec.step == Step.test and (registered := self.latest_ok(Step.test)) is not None:
+            # the test the case registered, as the call that registered it
+            test = registered.payload(TestEvidence)
+            if test.test_file and test.test_name:
+                call = format_call(ToolName.register_test, case_id=self.case.case_id, test_file=test.test_file,
+                                   test_name=test.test_name)
         status = StepStatus(number=spec.number, step=spec.step, title=spec.title, status="pending", tool_call=call)
         if not spec.observed:
             status.status = "agent"
