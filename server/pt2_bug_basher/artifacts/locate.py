@@ -311,7 +311,7 @@ def _accuracy_location(
     which = f"output {item} (the item the assertion names)" if named else "the outputs"
     writers = ", ".join(f"{k.name} [{', '.join(k.aten_ops) or 'ops unknown'}]" for k in found
                         if k.role.startswith("writes"))
-    hows.append(f"a wrong result: {which} of graph {graph.name} is written by {writers}")
+    hows.append(f"a wrong result: {which} of graph {graph.name} {'is' if named else 'are'} written by {writers}")
     if layer is not None:
         hows.append(_localized(layer) + ("" if layer == "Inductor" else ": the kernels compute that output, but "
                                           "the wrong values are already there before Inductor"))

@@ -214,8 +214,10 @@ def _accuracy_next_step(result: CollectArtifactsResult, failure: FailureLocation
         return (f"A wrong result, which localize put in {failure.localized}, before Inductor: {named} only carry "
                 f"the wrong values. Read {graph} for the ops that compute {which}, against what they compute in "
                 f"eager; collect_debug_artifacts with trace=True shows the earlier graphs. Then: {after}")
-    text = (f"A wrong result: {which} of graph {first.graph} is written by {named}{feeders}. Read {first.output_code} "
-            f"line {first.line or first.call_line} (excerpts in failure.output_kernels){beside}, and check each "
+    verb = "is" if item_named else "are"
+    text = (f"A wrong result: {which} of graph {first.graph} {verb} written by {named}{feeders}. "
+            f"Read {first.output_code} line {first.line or first.call_line} (excerpts in failure.output_kernels)"
+            f"{beside}, and check each "
             "line of the kernel against what its ops compute in eager. ")
     if failure.localized == "Inductor" and suspect:
         text += f"localize found only backend='inductor' wrong, and {suspect}. "
