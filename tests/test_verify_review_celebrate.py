@@ -62,6 +62,11 @@ async def test_run_tests_says_when_it_found_no_nearby_test(mini: Mini):
     assert "test/test_lonely.py" in note and "tests=[...]" in note, note
     # the file's only test is the registered one: not counted as a test that shares no keyword
     assert "holds no test but the registered one" in note, note
+    # verified on that test alone: said, with the repro's own run as a further check, before the review
+    assert data["verified"] is True, data
+    assert data["next_step"].startswith("Verified on the registered test alone"), data["next_step"]
+    assert "run_with_logs(" in data["next_step"] and "repeat=1)" in data["next_step"]
+    assert "review_changes(" in data["next_step"]
 
 
 async def test_verify_review_celebrate(mini: Mini):
