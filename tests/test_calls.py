@@ -214,3 +214,16 @@ async def test_classify_error_names_similar_public_reports(server, schemas):
     next_step = result.structured_content["next_step"]
     assert next_step.startswith(f"This text reads almost word for word like {sample['url']} (similarity 1.00")
     assert problems(next_step, schemas) == [], next_step
+    # three printed tensors read like any three printed tensors: named as similar, not as the same report
+    printed = next(d for d in HELDOUT if d["id"] == "ho6-acc-02")
+    async with Client(server) as client:
+        result = await client.call_tool("classify_error", {"text": printed["text"]})
+    data = result.structured_content
+    assert data["similar_reports"] and data["similar_reports"][0]["similarity"] >= 0.9
+    assert "word for word" not in data["next_step"]
+    # functionalization's refusal reaches the user wrapped as the backend's failure: the guide reads AOTAutograd
+    refusal = ("RuntimeError: While executing unfold, functionalization encountered a tensor being mutated that has "
+               "internal overlap.\n")
+    async with Client(server) as client:
+        guide = (await client.call_tool("classify_error", {"text": refusal})).structured_content["guide"]
+    assert guide["layer"] == "AOTAutograd" and guide["source_files"][0].startswith("torch/_functorch/"), guide

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -10,7 +11,7 @@ import anyio
 from pydantic import BaseModel, Field
 
 from pt2_bug_basher.analysis.failure import Frame, own_backend_frame, parse, triton_outside_torch
-from pt2_bug_basher.analysis.learned import similar_reports
+from pt2_bug_basher.analysis.learned import TOKEN_PATTERN, similar_reports
 from pt2_bug_basher.analysis.suspects import exception_suspects
 from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.case.workflow import CaseStatus, Workflow
@@ -94,8 +95,8 @@ async def classify_error(
         suspects=exception_suspects(text or "") if result.category != "accuracy" else [],
         similar_reports=[SimilarReportOut(url=r.url, label=r.label, subcategory=r.subcategory,
                                           similarity=r.similarity) for r in similar],
-        diagnostic="", guide=guide(result.category, None, _torch_checkout(state.config.default_repo)), recorded=False,
-        next_step="",
+        diagnostic="", guide=guide(result.category, _layer_named(result), _torch_checkout(state.config.default_repo)),
+        recorded=False, next_step="",
     )
     if case_id is None:
         # the paste parsed once, in a worker thread: whose code raised, and which environment it ran in
@@ -121,7 +122,7 @@ async def classify_error(
         else:
             out.next_step = _without_a_case(result.category, out.diagnostic, python)
         out.next_step = (_caveat(result) + _own_backend_note(backend) + (OWN_KERNEL_NOTE if own_kernel else "")
-                         + _known_report_note(out.similar_reports) + out.next_step)
+                         + _known_report_note(out.similar_reports, text or "") + out.next_step)
         if "<repro.py>" in out.next_step:
             out.next_step += (" (<repro.py>: the script that fails this way; for a pasted error without one, write "
                               "a small script from the report first)")
@@ -146,7 +147,7 @@ async def classify_error(
     if localized is not None and localized.suspects:  # localize's bisection outranks frames of a wrapped error
         known = {(t.file, t.line) for t in localized.suspects}
         out.suspects = [*localized.suspects, *(s for s in out.suspects if (s.file, s.line) not in known)]
-    out.guide = guide(result.category, layer, Path(case.repo))
+    out.guide = guide(result.category, layer or _layer_named(result), Path(case.repo))
     playbook = focus(result.category, layer).playbook
 
     def from_state() -> tuple[str, str]:  # in a worker thread: the workflow may hash the tree
@@ -157,6 +158,16 @@ async def classify_error(
     out.diagnostic, out.next_step = await anyio.to_thread.run_sync(from_state)
     out.next_step = _caveat(result) + out.next_step
     return out
+
+
+# rules whose line names the layer that raised, whatever wrapped it (a BackendCompilerFailed names the backend)
+_LAYER_OF_RULE = {"functionalization_refused": "AOTAutograd"}
+
+
+def _layer_named(result: Classification) -> str | None:
+    """The layer the text itself names, for the guide before localize has run: functionalization's refusal is
+    AOTAutograd's, though it reaches the user wrapped as the backend's failure."""
+    return next((_LAYER_OF_RULE[e.rule] for e in result.evidence if e.rule in _LAYER_OF_RULE), None)
 
 
 def _torch_checkout(repo: Path) -> Path | None:
@@ -203,11 +214,15 @@ def _without_a_case(category: str, diagnostic: str, python: Path | None = None) 
 
 
 KNOWN_REPORT_SIMILARITY = 0.9  # about the same text: the same error, reported before
+# ... and enough words to say so: three printed tensors read like any other three printed tensors
+KNOWN_REPORT_MIN_WORDS = 12
 
 
-def _known_report_note(reports: list[SimilarReportOut]) -> str:
+def _known_report_note(reports: list[SimilarReportOut], text: str) -> str:
     """A paste that reads like a labelled public report almost word for word: read that report first."""
     if not reports or reports[0].similarity < KNOWN_REPORT_SIMILARITY:
+        return ""
+    if len(set(re.findall(TOKEN_PATTERN, text))) < KNOWN_REPORT_MIN_WORDS:
         return ""
     top = reports[0]
     return (f"This text reads almost word for word like {top.url} (similarity {top.similarity:.2f}, diagnosed "
