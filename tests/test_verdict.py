@@ -161,6 +161,11 @@ def test_a_run_that_passes_after_the_reproduction_says_so(module_config, schemas
     assert not any(r["failed"] for r in data["runs"]) and data["same_signature"] is False
     assert data["next_step"].startswith("The script passes now") and "did not fail" not in data["next_step"]
     _assert_calls_accepted(data["next_step"], schemas)
+    # the "fix" was an environment variable: the repository is as it was when the failure reproduced
+    assert "Nothing in the repository changed since the reproduction" in data["next_step"], data["next_step"]
+    # a change to the repository (what a fix is) is said to be one
+    (module_config.default_repo / "fixed_here.py").write_text("FIXED = True\n")
+    assert "The repository changed since the reproduction" in anyio.run(go)["next_step"]
     # another script that passes was never reproduced: no such claim for it
     other = module_config.default_repo / "passes.py"
     shutil.copy(SCRIPTS / "passes.py", other)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import anyio
+
 from pt2_bug_basher.analysis.verdict import USER_ERROR, USER_ERROR_ADVICE, RunOutcome
 from pt2_bug_basher.case.scripts import CaseScript, copy_note
 from pt2_bug_basher.case.state import AppState
@@ -11,6 +13,7 @@ from pt2_bug_basher.case.store import CaseRecord, Store
 from pt2_bug_basher.domain.errors import InvalidInput
 from pt2_bug_basher.domain.evidence import ReproduceEvidence
 from pt2_bug_basher.domain.names import Step, ToolName
+from pt2_bug_basher.execution.gitstate import tree_hash
 from pt2_bug_basher.execution.repro import (
     SILENT_LOGS,
     RunWithLogsResult,
@@ -65,7 +68,7 @@ async def run_with_logs(
         main_check_done=flow.is_complete(Step.main_check), inductor_config=request.inductor_config,
         layer=localized_layer(state.store, case_id), origin=chosen.origin,
     )
-    result.next_step = await next_step(state, result, repeat, request.spec)
+    result.next_step = await next_step(state, result, repeat, request.spec, chosen.origin)
     if rewritten:
         changed = (f"{chosen.path.name} is not the file that reproduced: its content changed since the reproduction "
                    "(something rewrote it). This run judges the new content; restore the repro, or make the new "
@@ -92,14 +95,16 @@ async def run_and_record(
     note = copy_note(CaseScript(script, origin))
     if note:
         result.notes.append(note)
-    record(store, case, script, args, result, digest, origin)
+    tree = await anyio.to_thread.run_sync(tree_hash, Path(case.repo)) if len(proving_runs(result)) >= 2 else None
+    record(store, case, script, args, result, digest, origin, tree)
     logs_step.record(store, case, result, logs_spec, main_check_done)
     return result
 
 
 def record(store: Store, case: CaseRecord, script: Path, args: list[str], result: RunWithLogsResult,
-           digest: str | None = None, origin: Path | None = None) -> None:
+           digest: str | None = None, origin: Path | None = None, tree: str | None = None) -> None:
     """Two runs or more: a reproduction when all failed with one signature, a failed attempt otherwise.
+    `tree`: the repository's tree hash when it reproduced (a later run that passes can say whether it changed).
 
     A reproduction that fails without torch.compile too stops the case (not a compiler bug) until waived."""
     runs = proving_runs(result)
@@ -128,7 +133,7 @@ def record(store: Store, case: CaseRecord, script: Path, args: list[str], result
         f = result.failure
         summary = f"{script.name} failed {n}/{n} times with the same signature ({f.category})" + (
             f": {f.signature}" if f.signature else "")
-        store.add_evidence(case.case_id, Step.reproduce.value, True, summary[:500], run_id=run_ids[0],
+        store.add_evidence(case.case_id, Step.reproduce.value, True, summary[:500], run_id=run_ids[0], tree_hash=tree,
                            data=ReproduceEvidence(
                                script=str(script), script_origin=source, args=args, signature=f.signature,
                                category=f.category, exception_type=f.exception_type, message=f.message,
@@ -154,20 +159,30 @@ def _scripts_of(evidence: ReproduceEvidence) -> set[Path]:
     return {Path(p).resolve() for p in (evidence.script, evidence.script_origin) if p}
 
 
-async def _passes_after_reproducing(state: AppState, result: RunWithLogsResult) -> str | None:
-    """A passing run of a case whose failure was reproduced before: most likely the fix holding, not a repro
-    that fails to fail. The case goes on from where it stands."""
-    here = Path(result.script).resolve()
+async def _passes_after_reproducing(state: AppState, result: RunWithLogsResult, origin: Path | None) -> str | None:
+    """A passing run of the script whose failure was reproduced (its path or the file it was copied from): most
+    likely the fix holding, not a repro that fails to fail. Says what the case knows of it, and goes on."""
+    here = {Path(result.script).resolve(), *([origin.resolve()] if origin else [])}
     reproduced = [e for e in state.store.evidence(result.case_id, Step.reproduce.value)
-                  if e.ok and here in _scripts_of(e.payload(ReproduceEvidence))
+                  if e.ok and here & _scripts_of(e.payload(ReproduceEvidence))
                   and _exited_with_the_failure(state.store, result.case_id, e.payload(ReproduceEvidence))]
     if not reproduced:
         return None
     status = await state.status(result.case_id)
-    return (f"The script passes now; it failed the same way every time when it was reproduced "
-            f"({reproduced[-1].summary}). If torch's sources changed since (a fix), that is the fix holding here; "
-            "the registered test's run (run_tests) is what verifies it. If nothing changed, the failure depends on "
-            f"something else (inputs, environment, cache). Next: {status.next_step}")
+    then = reproduced[-1]
+    said = f"The script passes now; it failed the same way every time when it was reproduced ({then.summary}). "
+    if any(s.step == Step.verify and s.status == "done" for s in status.steps):
+        why = "run_tests verified the fix on this tree: this is the fix holding where the failure was seen. "
+    elif then.tree_hash is None:
+        why = ("If torch's sources changed since (a fix), that is the fix holding here; run_tests verifies it. If "
+               "nothing changed, the failure depends on something else (inputs, environment, caches). ")
+    elif then.tree_hash != await anyio.to_thread.run_sync(tree_hash, Path(state.store.get_case(result.case_id).repo)):
+        why = ("The repository changed since the reproduction: if that change is your fix, it holds here; "
+               "run_tests verifies it. ")
+    else:
+        why = ("Nothing in the repository changed since the reproduction, yet it passes: the failure depends on "
+               "something else (inputs, environment, caches, the backend the script picks). ")
+    return said + why + f"Next: {status.next_step}"
 
 
 def proving_runs(result: RunWithLogsResult) -> list[RunOutcome]:
@@ -180,13 +195,14 @@ def localized_layer(store: Store, case_id: str) -> str | None:
     return layer_of(store.localization(case_id))
 
 
-async def next_step(state: AppState, result: RunWithLogsResult, repeat: int, spec: str | None) -> str:
+async def next_step(state: AppState, result: RunWithLogsResult, repeat: int, spec: str | None,
+                    origin: Path | None = None) -> str:
     case_id = result.case_id
     failed = sum(r.failed for r in proving_runs(result))
     call = f'run_with_logs(case_id="{case_id}", script="{result.script}"'
     if result.verdict is not None and result.verdict.category == USER_ERROR and result.reproduced:
         return (await state.status(case_id)).next_step
-    if failed == 0 and (passes_now := await _passes_after_reproducing(state, result)):
+    if failed == 0 and (passes_now := await _passes_after_reproducing(state, result, origin)):
         return passes_now
     if failed == 0 and result.logged_runs:
         return ("The script did not fail: exit 0, no mismatch reported, and reruns with "
