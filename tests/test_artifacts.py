@@ -648,3 +648,39 @@ def test_a_wrong_result_from_before_inductor_sends_to_the_graph_not_the_kernel()
     assert before.endswith("Then: next()")
     inductor = _accuracy_next_step(result, failure.model_copy(update={"localized": "Inductor"}), "next()", True, None)
     assert "check each line of the kernel" in inductor and "case://c/artifacts/a/oc line 33" in inductor
+
+
+def test_a_long_kernels_excerpt_keeps_its_head_and_the_lines_up_to_the_focused_store():
+    """A reduction's accumulator is initialised at the kernel's top and stored at its end: a bug in the initial
+    value (a min's identity) must stay in the excerpt when the kernel is too long to show whole."""
+    from pt2_bug_basher.artifacts.output_code import Kernel
+
+    loop = [f"            auto tmp{i} = in_ptr0[static_cast<int64_t>(x1 + 8L*x0)] + {i};" for i in range(60)]
+    body = "\n".join([
+        "cpp_fused_amin_0 = async_compile.cpp_pybinding(['const float*', 'float*'], r'''",
+        '#include "/tmp/torchinductor/pi/cpi.h"',
+        'extern "C"  void  kernel(const float* in_ptr0, float* out_ptr0)',
+        "{",
+        "    for(int64_t x0=static_cast<int64_t>(0L); x0<static_cast<int64_t>(4L); x0+=static_cast<int64_t>(1L))",
+        "    {",
+        "        float tmp_acc0 = std::numeric_limits<float>::max();",
+        "        out_ptr0[static_cast<int64_t>(x0)] = tmp_acc0;",
+        "        for(int64_t x1=static_cast<int64_t>(0L); x1<static_cast<int64_t>(8L); x1+=static_cast<int64_t>(1L))",
+        "        {",
+        *loop,
+        "            tmp_acc0 = min_propagate_nan(tmp_acc0, tmp59);",
+        "        }",
+        "        out_ptr0[static_cast<int64_t>(x0)] = tmp_acc0;",
+        "    }",
+        "}",
+        "''')",
+    ])
+    kernel = Kernel(name="cpp_fused_amin_0", kind="cpp", start=1, end=body.count("\n") + 1, body=body)
+    excerpt = kernel.excerpt(1200, focus="out_ptr0")
+    lines = excerpt.splitlines()
+    assert len(excerpt) <= 1200 + 40  # the budget, and the line that says what was left out
+    assert "float tmp_acc0 = std::numeric_limits<float>::max();" in excerpt  # the head: the initial value
+    assert lines[-2].strip() == "out_ptr0[static_cast<int64_t>(x0)] = tmp_acc0;"  # the output's last store
+    assert lines[-1] == "... (2 lines more)"
+    assert any(line.startswith("... (") for line in lines) and "#include" not in excerpt
+    assert lines[0].startswith('extern "C"') and lines[1] == "{"  # braces and indentation as generated

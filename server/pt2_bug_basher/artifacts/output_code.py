@@ -71,17 +71,21 @@ class Kernel:
             return "\n".join(kept)
         uses = [n for n, line in enumerate(kept) if focus and re.search(rf"\b{re.escape(focus)}\b", line)]
         if len(uses) > 1:
+            # the kernel's head (its signature and the accumulators it initialises), then the lines that lead up
+            # to its last store of that output
             last = uses[-1]
+            head = _first_lines(kept, max_chars // 3)
             window: list[str] = []
-            size = 0
-            for line in reversed(kept[:last + 1]):
+            size = sum(len(line) + 1 for line in head)
+            for line in reversed(kept[len(head):last + 1]):
                 if size + len(line) + 1 > max_chars:
                     break
                 window.insert(0, line)
                 size += len(line) + 1
-            above, below = last + 1 - len(window), len(kept) - last - 1
+            skipped, below = last + 1 - len(head) - len(window), len(kept) - last - 1
+            gap = [f"... ({_lines(skipped)})"] if skipped else []
             tail = [f"... ({_lines(below)} more)"] if below else []
-            return "\n".join([f"... ({_lines(above)} above)", *window, *tail])
+            return "\n".join([*head, *gap, *window, *tail])
         out: list[str] = []
         size = 0
         for number, line in enumerate(kept):
@@ -91,6 +95,17 @@ class Kernel:
             out.append(line)
             size += len(line) + 1
         return "\n".join(out)
+
+
+def _first_lines(lines: list[str], max_chars: int) -> list[str]:
+    out: list[str] = []
+    size = 0
+    for line in lines:
+        if size + len(line) + 1 > max_chars:
+            break
+        out.append(line)
+        size += len(line) + 1
+    return out
 
 
 def _lines(count: int) -> str:
