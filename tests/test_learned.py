@@ -175,3 +175,10 @@ def test_two_printed_results_show_a_failure(text: str) -> None:
     c = classify(text)
     assert c.category != "unknown" and guessed(c)
     assert not learned.shows_a_failure(text.split("\n")[0] + "\nstep 10 done\n")
+
+
+def test_one_printed_tensor_over_several_rows_is_one_result() -> None:
+    """The further rows of a printed tensor are indented: one eager gradient printed alone shows no failure."""
+    grad = "=== eager x.grad ===\ntensor([[0.1000, 0.2000],\n        [0.3000, 0.4000],\n        [0.5000, 0.6000]])\n"
+    assert not learned.shows_a_failure(grad)
+    assert learned.shows_a_failure(grad + grad.replace("eager", "compiled"))

@@ -46,8 +46,9 @@ _FAILURE_OUTPUT = re.compile(
     r"|\btorch\.[\w.]+: \[(?:WARNING|ERROR|CRITICAL)\]"
     r"|(?i:error|exception|fail|assert|traceback|warn|abort|fault|mismatch|\bnan\b|recompil|guard|unsupported)",
     re.MULTILINE)
-# a line that prints a result: a tensor, an array, a list of numbers or a number, after an optional label
-_PRINTED_RESULT = re.compile(r"^[^\S\n]*(?:[\w .()-]{0,40}[:=][^\S\n]*)?"
+# a line that starts printing a result: a tensor, an array, a list of numbers or a number, after an optional
+# label, at the line's start (the further rows of one printed tensor are indented: they are not another result)
+_PRINTED_RESULT = re.compile(r"^(?:[\w .()-]{0,40}[:=][^\S\n]*)?"
                              r"(?:tensor\(|array\(|\[+[^\S\n]*[-+]?(?:\d|inf\b|nan\b)|[-+]?\d[\d.e+-]*[^\S\n]*$)",
                              re.MULTILINE)
 SMOOTHING_ALPHA = 1.0  # scikit-learn's default additive smoothing
