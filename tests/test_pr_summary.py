@@ -149,7 +149,7 @@ async def test_celebrate_summary_is_paste_ready_and_fits_a_cpu_dynamo_case(mini:
 def test_a_new_test_file_is_part_of_the_change_and_other_untracked_files_are_not():
     # the second user-agent journal: the summary's change list left out the new, untracked test file
     from pt2_bug_basher.analysis.review import FileStat
-    from pt2_bug_basher.steps.celebrate import CelebrateResult, _markdown
+    from pt2_bug_basher.steps.celebrate import CelebrateResult, TestOutcomeLine, _markdown
 
     node = "test/test_decomp.py::DecompOneOffTests::test_hardsigmoid"
     result = CelebrateResult(
@@ -163,3 +163,7 @@ def test_a_new_test_file_is_part_of_the_change_and_other_untracked_files_are_not
     assert "Changed (37 lines):" in text
     assert "- `test/test_decomp.py` (+35 -0, new)" in text and "scratch.py" not in text
     assert "- `torch/_decomp/decompositions.py` (+1 -1)" in text
+    assert "only the added tests ran" not in text  # nothing verified: nothing to say of it
+    # verified on the added test alone (a user-agent journal): the summary says so
+    result.tests_verified = [TestOutcomeLine(node_id=node, outcome="passed")]
+    assert "only the added tests ran: no other test was found near them" in _markdown(result)

@@ -225,6 +225,8 @@ def _markdown(r: CelebrateResult) -> str:
     others = [t for t in r.tests_verified if t.outcome != "passed"]
     out.append(f"- Verified on the final code: {len(passed)} passed" + (f", {len(others)} other" if others else ""))
     out.extend(f"  - {_code(t.node_id)}: {t.outcome}" for t in r.tests_verified[:20])
+    if r.tests_verified and all(t.node_id in r.tests_added for t in r.tests_verified):
+        out.append("  - only the added tests ran: no other test was found near them in this checkout")
     if r.waivers:
         out += ["", "## Waived steps"] + [f"- {w.step.value}: {' '.join(w.reason.split())}" for w in r.waivers]
     if r.review_warnings:
