@@ -9,7 +9,8 @@ import anyio
 from pt2_bug_basher.analysis.verdict import USER_ERROR, USER_ERROR_ADVICE, RunOutcome
 from pt2_bug_basher.case.scripts import CaseScript, copy_note
 from pt2_bug_basher.case.state import AppState
-from pt2_bug_basher.case.store import CaseRecord, Store
+from pt2_bug_basher.case.store import CaseRecord, RunRecord, Store
+from pt2_bug_basher.case.workflow import CaseStatus
 from pt2_bug_basher.domain.errors import InvalidInput
 from pt2_bug_basher.domain.evidence import ReproduceEvidence
 from pt2_bug_basher.domain.names import Step, ToolName
@@ -95,7 +96,7 @@ async def run_and_record(
     note = copy_note(CaseScript(script, origin))
     if note:
         result.notes.append(note)
-    tree = await anyio.to_thread.run_sync(tree_hash, Path(case.repo)) if len(proving_runs(result)) >= 2 else None
+    tree = await anyio.to_thread.run_sync(tree_hash, Path(case.repo)) if result.reproduced else None
     record(store, case, script, args, result, digest, origin, tree)
     logs_step.record(store, case, result, logs_spec, main_check_done)
     return result
@@ -147,12 +148,11 @@ def record(store: Store, case: CaseRecord, script: Path, args: list[str], result
                                               signatures=sorted(str(r.signature) for r in runs)))
 
 
-def _exited_with_the_failure(store: Store, case_id: str, evidence: ReproduceEvidence) -> bool:
+def _exited_with_the_failure(evidence: ReproduceEvidence, runs: dict[str, RunRecord]) -> bool:
     """The reproduction's runs ended in the failure (an exit code or a signal): one that showed only in logs
     (graph breaks, recompiles) says nothing of a plain run that passes."""
-    wanted = set(evidence.run_ids)
-    runs = [r for r in store.runs(case_id) if r.run_id in wanted]
-    return bool(runs) and all(r.signal or r.exit_code not in (0, None) for r in runs)
+    ended = [runs[run_id] for run_id in evidence.run_ids if run_id in runs]
+    return bool(ended) and all(r.signal or r.exit_code not in (0, None) for r in ended)
 
 
 def _scripts_of(evidence: ReproduceEvidence) -> set[Path]:
@@ -163,20 +163,28 @@ async def _passes_after_reproducing(state: AppState, result: RunWithLogsResult, 
     """A passing run of the script whose failure was reproduced (its path or the file it was copied from): most
     likely the fix holding, not a repro that fails to fail. Says what the case knows of it, and goes on."""
     here = {Path(result.script).resolve(), *([origin.resolve()] if origin else [])}
-    reproduced = [e for e in state.store.evidence(result.case_id, Step.reproduce.value)
-                  if e.ok and here & _scripts_of(e.payload(ReproduceEvidence))
-                  and _exited_with_the_failure(state.store, result.case_id, e.payload(ReproduceEvidence))]
+    runs = {r.run_id: r for r in state.store.runs(result.case_id)}
+    reproduced = []
+    for record in state.store.evidence(result.case_id, Step.reproduce.value):
+        found = record.payload(ReproduceEvidence)
+        if record.ok and here & _scripts_of(found) and _exited_with_the_failure(found, runs):
+            reproduced.append(record)
     if not reproduced:
         return None
-    status = await state.status(result.case_id)
     then = reproduced[-1]
+
+    def case_now() -> tuple[CaseStatus, bool]:  # in a worker thread: one hash of the tree for both
+        flow = state.workflow(result.case_id)
+        return flow.status(), then.tree_hash is not None and then.tree_hash != flow.tree_hash
+
+    status, changed = await anyio.to_thread.run_sync(case_now)
     said = f"The script passes now; it failed the same way every time when it was reproduced ({then.summary}). "
     if any(s.step == Step.verify and s.status == "done" for s in status.steps):
         why = "run_tests verified the fix on this tree: this is the fix holding where the failure was seen. "
     elif then.tree_hash is None:
         why = ("If torch's sources changed since (a fix), that is the fix holding here; run_tests verifies it. If "
                "nothing changed, the failure depends on something else (inputs, environment, caches). ")
-    elif then.tree_hash != await anyio.to_thread.run_sync(tree_hash, Path(state.store.get_case(result.case_id).repo)):
+    elif changed:
         why = ("The repository changed since the reproduction: if that change is your fix, it holds here; "
                "run_tests verifies it. ")
     else:
