@@ -143,11 +143,11 @@ async def classify_error(
     )
     out.recorded = True
     localized = state.store.localization(case_id)
-    layer = layer_of(localized)
+    layer = layer_of(localized) or _layer_named(result)  # localize's layer, else the one the text names
     if localized is not None and localized.suspects:  # localize's bisection outranks frames of a wrapped error
         known = {(t.file, t.line) for t in localized.suspects}
         out.suspects = [*localized.suspects, *(s for s in out.suspects if (s.file, s.line) not in known)]
-    out.guide = guide(result.category, layer or _layer_named(result), Path(case.repo))
+    out.guide = guide(result.category, layer, Path(case.repo))
     playbook = focus(result.category, layer).playbook
 
     def from_state() -> tuple[str, str]:  # in a worker thread: the workflow may hash the tree
