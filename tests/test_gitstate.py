@@ -105,3 +105,30 @@ def test_a_suspect_function_changed_by_a_recent_commit_is_named_and_an_old_one_i
                                          ("torch/ops.py", 2, "helper"), ("torch/gone.py", 1, "gone")])
     assert sentence.startswith('reduce_init.<locals>.inner (torch/ops.py:7-8) was changed by ')
     assert '"Start reductions from -1"' in sentence and "1 commit(s) before HEAD" in sentence
+
+
+def test_suspects_a_recent_commit_changed_come_first_and_say_which_commit(tmp_path: Path):
+    from pt2_bug_basher.domain.evidence import Suspect
+    from pt2_bug_basher.steps.localize import changed_first, recent_changes
+
+    repo = tmp_path / "repo"
+    (repo / "torch").mkdir(parents=True)
+    git_init(repo)
+    (repo / "torch" / "ops.py").write_text(OPS)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "import the sources")
+    (repo / "torch" / "ops.py").write_text(OPS.replace("return 0", "return -1"))
+    git(repo, "commit", "-q", "-am", "Start reductions from -1")
+    lowering = Suspect(file="torch/ops.py", line=2, function="helper", why="implements the lowering")
+    inner = Suspect(file="torch/ops.py", line=8, function="reduce_init.<locals>.inner", why="called by helper")
+    changes = recent_changes(repo, [("torch/ops.py", 2, "helper"), ("torch/ops.py", 8, "reduce_init.<locals>.inner")])
+    assert [c.function for c in changes] == ["reduce_init.<locals>.inner"]
+    ranked = changed_first([lowering, inner], changes)
+    assert [s.function for s in ranked] == ["reduce_init.<locals>.inner", "helper"]
+    assert ranked[0].why.startswith("called by helper; changed by ") and "HEAD itself" in ranked[0].why
+    assert ranked[1] == lowering  # unchanged, and unchanged in what it says
+    assert changed_first([lowering], []) == [lowering]
+    # a changed code-generation function the list lacks joins it, first
+    [added, kept] = changed_first([lowering], changes)
+    assert (added.file, added.line, added.function) == ("torch/ops.py", 7, "reduce_init.<locals>.inner")
+    assert "Start reductions from -1" in added.why and kept == lowering

@@ -176,7 +176,11 @@ async def test_a_code_generation_bug_is_traced_past_the_lowering(codegen_bug_che
     emits = [c["emits"] for c in codegen]
     assert emits == sorted(emits, reverse=True), codegen  # code emitters first
     ranked = [(s["file"], s["function"]) for s in data["suspects"]]
-    assert ranked[0] == ("torch/_inductor/lowering.py", "make_reduction.<locals>.inner"), ranked
+    # the function HEAD changed comes first; the lowering the bisection isolated follows
+    assert ranked[0] == ("torch/_inductor/codegen/cpp.py", "reduction_init"), ranked
+    assert ranked[1] == ("torch/_inductor/lowering.py", "make_reduction.<locals>.inner"), ranked
+    assert "HEAD itself" in data["suspects"][0]["why"], data["suspects"][0]
+    assert "First suspect: reduction_init at torch/_inductor/codegen/cpp.py:" in data["meaning"], data["meaning"]
     # the planting commit is HEAD and changed reduction_init alone: localize names it, and nothing else
     from planted_bugs import PLANTED
 
@@ -185,4 +189,3 @@ async def test_a_code_generation_bug_is_traced_past_the_lowering(codegen_bug_che
     changed = [s for s in said if " was changed by " in s]
     assert len(changed) == 1 and f'"{planted}"' in changed[0], said
     assert "reduction_init (torch/_inductor/codegen/cpp.py:" in changed[0] and "HEAD itself" in changed[0]
-    assert ("torch/_inductor/codegen/cpp.py", "reduction_init") in ranked, ranked

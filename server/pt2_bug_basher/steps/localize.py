@@ -4,6 +4,7 @@ below the failing backend, then suspects in torch's source."""
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
@@ -14,8 +15,10 @@ from pt2_bug_basher.case.pages import read_tail
 from pt2_bug_basher.case.scripts import copy_note
 from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.domain.bisection import BisectReport
+from pt2_bug_basher.domain.evidence import Suspect
 from pt2_bug_basher.domain.names import Step, ToolName
 from pt2_bug_basher.execution.cpus import usable_cpus
+from pt2_bug_basher.execution.gitstate import RecentChange
 from pt2_bug_basher.execution.runs import ProgressFn, ignore_progress
 from pt2_bug_basher.reduce.bisect import (
     BISECTABLE_BACKENDS,
@@ -112,15 +115,17 @@ async def localize(
     if ref.category != "accuracy":  # a mismatch is raised by the comparison, not where the bug is
         result.suspects += [s for s in exception_suspects(_reproduction_errors(state, ref))
                             if (s.file, s.line) not in {(t.file, t.line) for t in result.suspects}]
+    places = [(s.file, s.line, s.function) for s in result.suspects[:MAX_BLAMED] if s.line]
+    if result.bisection is not None:
+        places += [(c.file, c.line, c.function) for c in result.bisection.codegen[:MAX_BLAMED_CODEGEN] if c.line]
+    changes = await anyio.to_thread.run_sync(recent_changes, Path(case.repo), places)
+    result.suspects = changed_first(result.suspects, changes)
     if result.suspects:
         top = result.suspects[0]
         result.meaning += f" First suspect: {top.function} at {top.file}:{top.line} ({top.why})."
         if result.bisection is not None:
             result.meaning += codegen_summary(result.bisection)
-    places = [(s.file, s.line, s.function) for s in result.suspects[:MAX_BLAMED] if s.line]
-    if result.bisection is not None:
-        places += [(c.file, c.line, c.function) for c in result.bisection.codegen[:MAX_BLAMED_CODEGEN] if c.line]
-    changed = await anyio.to_thread.run_sync(recently_changed, Path(case.repo), places)
+    changed = [change_sentence(change) for change in changes]
     if changed:
         result.meaning += f" {changed[0]}"
         result.notes += changed[1:]
@@ -141,11 +146,26 @@ MAX_BLAMED = 3  # suspects whose recent history is read (git blame of each funct
 MAX_BLAMED_CODEGEN = 8  # ... and code-generation functions that ran only with the culprit
 
 
-def recently_changed(repo: Path, places: list[tuple[str, int, str]]) -> list[str]:
-    """A sentence for each suspect function that one of the last commits of HEAD changed: a regression's
-    likeliest cause. Functions outside the repository, or changed long ago, say nothing."""
+@dataclass(frozen=True)
+class FunctionChange:
+    """A suspect function that one of the last commits of HEAD changed."""
+
+    file: str
+    first: int
+    last: int
+    function: str
+    change: RecentChange
+
+    def when(self) -> str:
+        back = self.change.commits_before_head
+        return "HEAD itself" if back == 0 else f"{back} commit(s) before HEAD"
+
+
+def recent_changes(repo: Path, places: list[tuple[str, int, str]]) -> list[FunctionChange]:
+    """The suspect functions that one of the last commits of HEAD changed (a regression's likeliest cause),
+    most recently changed first. Functions outside the repository, or changed long ago, are left out."""
     from pt2_bug_basher.analysis.suspects import enclosing_function, function_spans
-    from pt2_bug_basher.execution.gitstate import RECENT_COMMITS, recent_change
+    from pt2_bug_basher.execution.gitstate import recent_change
 
     spans: dict[str, list[tuple[int, int]]] = {}  # each file read and parsed once
     functions: dict[tuple[str, int, int], str] = {}
@@ -157,16 +177,43 @@ def recently_changed(repo: Path, places: list[tuple[str, int, str]]) -> list[str
             first, last = enclosing_function(spans[file], line)
             functions.setdefault((file, first, last), function)
     with ThreadPoolExecutor(max_workers=4) as pool:
-        changes = list(pool.map(lambda place: recent_change(repo, *place), functions))
-    sentences: list[str] = []
-    for ((file, first, last), function), change in zip(functions.items(), changes, strict=True):
-        if change is not None:
-            when = "HEAD itself" if change.commits_before_head == 0 else (
-                f"{change.commits_before_head} commit(s) before HEAD")
-            sentences.append(f"{function} ({file}:{first}-{last}) was changed by {change.commit} "
-                             f"\"{change.subject}\" ({change.date}, {when}, within the last {RECENT_COMMITS}): "
-                             "read that change first.")
-    return sentences
+        found = list(pool.map(lambda place: recent_change(repo, *place), functions))
+    changes = [FunctionChange(file, first, last, function, change)
+               for ((file, first, last), function), change in zip(functions.items(), found, strict=True) if change]
+    return sorted(changes, key=lambda c: c.change.commits_before_head)
+
+
+def change_sentence(c: FunctionChange) -> str:
+    from pt2_bug_basher.execution.gitstate import RECENT_COMMITS
+
+    return (f"{c.function} ({c.file}:{c.first}-{c.last}) was changed by {c.change.commit} \"{c.change.subject}\" "
+            f"({c.change.date}, {c.when()}, within the last {RECENT_COMMITS}): read that change first.")
+
+
+def recently_changed(repo: Path, places: list[tuple[str, int, str]]) -> list[str]:
+    """A sentence for each suspect function that one of the last commits of HEAD changed."""
+    return [change_sentence(c) for c in recent_changes(repo, places)]
+
+
+def changed_first(suspects: list[Suspect], changes: list[FunctionChange]) -> list[Suspect]:
+    """The suspects with the recently changed functions first (most recent change first), each saying which
+    commit changed it; a changed code-generation function the list lacks joins it there. The rest keep
+    their order."""
+    if not changes:
+        return suspects
+    front: list[Suspect] = []
+    rest = list(suspects)
+    for c in changes:
+        said = f"changed by {c.change.commit} \"{c.change.subject}\" ({c.when()})"
+        held = [s for s in rest if s.file == c.file and s.line is not None and c.first <= s.line <= c.last]
+        if held:
+            for s in held:
+                rest.remove(s)
+                front.append(s.model_copy(update={"why": f"{s.why}; {said}"}))
+        else:
+            front.append(Suspect(file=c.file, line=c.first, function=c.function,
+                                 why=f"{said}; ran only with the culprit lowered (code generation)"))
+    return front + rest
 
 
 def _reproduction_errors(state: AppState, ref: Reference) -> str:
