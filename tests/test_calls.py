@@ -225,5 +225,9 @@ async def test_classify_error_names_similar_public_reports(server, schemas):
     refusal = ("RuntimeError: While executing unfold, functionalization encountered a tensor being mutated that has "
                "internal overlap.\n")
     async with Client(server) as client:
-        guide = (await client.call_tool("classify_error", {"text": refusal})).structured_content["guide"]
+        refused = (await client.call_tool("classify_error", {"text": refusal})).structured_content
+    guide = refused["guide"]
     assert guide["layer"] == "AOTAutograd" and guide["source_files"][0].startswith("torch/_functorch/"), guide
+    # ... and it is a refusal by design, with the script's workaround
+    assert refused["next_step"].startswith("Functionalization refuses this by design"), refused["next_step"]
+    assert "clone()" in refused["next_step"] and problems(refused["next_step"], schemas) == []

@@ -121,7 +121,8 @@ async def classify_error(
             out.next_step = _opening(python) + f", then reproduce: {out.diagnostic}"
         else:
             out.next_step = _without_a_case(result.category, out.diagnostic, python)
-        out.next_step = (_caveat(result) + _own_backend_note(backend) + (OWN_KERNEL_NOTE if own_kernel else "")
+        out.next_step = (_caveat(result) + _rule_note(result) + _own_backend_note(backend)
+                         + (OWN_KERNEL_NOTE if own_kernel else "")
                          + _known_report_note(out.similar_reports, text or "") + out.next_step)
         if "<repro.py>" in out.next_step:
             out.next_step += (" (<repro.py>: the script that fails this way; for a pasted error without one, write "
@@ -156,12 +157,27 @@ async def classify_error(
         return next_diagnostic(state, flow, status, playbook, script), status.next_step
 
     out.diagnostic, out.next_step = await anyio.to_thread.run_sync(from_state)
-    out.next_step = _caveat(result) + out.next_step
+    out.next_step = _caveat(result) + _rule_note(result) + out.next_step
     return out
 
 
 # rules whose line names the layer that raised, whatever wrapped it (a BackendCompilerFailed names the backend)
 _LAYER_OF_RULE = {"functionalization_refused": "AOTAutograd"}
+
+
+# what a rule's match means beyond its category: a refusal by design is not a miscompile
+_RULE_NOTES = {
+    "functionalization_refused": (
+        "Functionalization refuses this by design: an in-place op on a view whose elements overlap (unfold with a "
+        "step smaller than its window, expand) has no well-defined functional form, so torch.compile bans it "
+        "(aten/src/ATen/FunctionalInverses.cpp raises it). The script's fix is to clone() the view before "
+        "mutating it, or to use the out-of-place op; it is a compiler bug only if the mutated view does not "
+        "overlap. "),
+}
+
+
+def _rule_note(result: Classification) -> str:
+    return next((_RULE_NOTES[e.rule] for e in result.evidence if e.rule in _RULE_NOTES), "")
 
 
 def _layer_named(result: Classification) -> str | None:
