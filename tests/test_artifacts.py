@@ -217,6 +217,13 @@ def test_graphs_and_kernels_of_a_compiled_model(session):
     index = json.loads(_file(result, result["index"]).read_text())
     assert len(index["graphs"]) == 2 and len(index["graphs"][1]["inputs"]) == backward["input_count"]
     assert all(_file(result, f["uri"]).is_file() for f in index["files"])
+    # empty logs are counted, not listed
+    assert all(f["bytes"] > 0 for f in result["files"]), result["files"]
+    empty = [f for f in index["files"] if f["bytes"] == 0 and f["graph"] is None]
+    said = [n for n in result["notes"] if "empty file(s) not listed" in n]
+    assert len(said) == (1 if empty else 0), (empty, result["notes"])
+    if empty:
+        assert said[0].startswith(f"{len(empty)} empty file(s)"), said
 
 
 def test_evidence_is_recorded(session):

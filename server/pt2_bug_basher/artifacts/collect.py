@@ -90,7 +90,8 @@ class CollectArtifactsResult(BaseModel):
     files_total: int
     nonempty_files: int = Field(0, description="files with content (the index itself not counted)")
     files_by_kind: dict[str, int]
-    files: list[ArtifactFile] = Field(description="files outside the graph directories (capped)")
+    files: list[ArtifactFile] = Field(description="files with content outside the graph directories (capped); the "
+                                                  "empty ones are counted in notes")
     failure: FailureLocation | None = None
     trace: TraceInfo | None = None
     stdout: str
@@ -122,9 +123,10 @@ _FILE_PRIORITY = ("tlparse_report", "dynamo_debug_log", "aot_debug_log", "trace_
 
 
 def _listed_files(files: Iterable[IndexedFile], case_id: str, stamp: str) -> list[ArtifactFile]:
-    loose = [f for f in files if f.graph is None and not f.rel.startswith(f"{TLPARSE_DIR_NAME}/")]
+    loose = [f for f in files
+             if f.graph is None and f.size > 0 and not f.rel.startswith(f"{TLPARSE_DIR_NAME}/")]
     rank = {kind: n for n, kind in enumerate(_FILE_PRIORITY)}
-    loose.sort(key=lambda f: (f.size == 0, rank.get(f.kind, len(rank)), f.rel))
+    loose.sort(key=lambda f: (rank.get(f.kind, len(rank)), f.rel))
     return [ArtifactFile(uri=artifact_uri(case_id, f"{stamp}/{f.rel}"), kind=f.kind, bytes=f.size)
             for f in loose[:MAX_FILES_SHOWN]]
 
@@ -196,6 +198,10 @@ async def collect(
         notes.append(f"{walked.cache_files} files of Inductor's cache for this run (generated modules, C++ sources) "
                      f"are under {debug_dir / CACHE_DIR_NAME}, not listed")
 
+    empty = sorted(f.rel for f in walked.files if f.size == 0 and f.graph is None)
+    if empty:
+        shown = ", ".join(empty[:4]) + (f" and {len(empty) - 4} more" if len(empty) > 4 else "")
+        notes.append(f"{len(empty)} empty file(s) not listed in files (nothing was logged there): {shown}")
     index_uri = artifact_uri(case.case_id, f"{stamp}/{INDEX_NAME}")
     collected = CollectArtifactsResult(
         case_id=case.case_id, run_id=result.run_id, script=target.script, command=target.argv,
