@@ -111,12 +111,17 @@ async def review_changes(state: AppState, case_id: str) -> ReviewResult:
 
 _NAMED_PATH = re.compile(r"`((?:test|torch)/[\w./-]+)`")
 ABSENT = " (upstream, not in this checkout)"
-_HOME_EXAMPLES = "the topical file for the area (e.g. "
+# the checklist's example homes for a new test, in parentheses: replaced by the case's own test file
+_HOME_EXAMPLES = re.compile(r"the topical file for the area \(e\.g\. [^()]*\)")
 
 
 def checklist_for_checkout(text: str, repo: Path, homes: list[str]) -> str:
-    """The checklist with the case's own test file(s) named as the example home, and every repository path it
-    names that the checkout lacks marked as upstream only."""
+    """The checklist with the case's own test file(s) named as the home, in place of other areas' examples, and
+    every repository path it names that the checkout lacks marked as upstream only."""
+    here = [f"`{rel}`" for rel in homes if (repo / rel).is_file()]
+    if here:
+        home = f"the topical file for the area (the registered test is in {', '.join(here)})"
+        text = _HOME_EXAMPLES.sub(lambda _: home, text, count=1)
 
     def mark(match: re.Match[str]) -> str:
         rel = match.group(1)
@@ -124,8 +129,4 @@ def checklist_for_checkout(text: str, repo: Path, homes: list[str]) -> str:
         return match.group(0) if found else match.group(0) + ABSENT
 
     text = _NAMED_PATH.sub(mark, text)
-    here = [f"`{rel}`" for rel in homes if (repo / rel).is_file()]
-    if here:
-        text = text.replace(_HOME_EXAMPLES, f"the topical file for the area (the registered test is in "
-                                            f"{', '.join(here)}; e.g. ", 1)
     return text
