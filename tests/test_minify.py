@@ -183,6 +183,7 @@ async def test_an_already_minimal_repro_completes_the_step_without_reducing(modu
         said = "already minimal: 7 statements, 1 op in the compiled function; no reduction attempted"
         assert data["why_mode"].startswith(said)
         assert data["seconds"] < 5 and data["source"] is None and data["fx"] is None
+        assert data["budget_s"] == 0  # no reducer ran: no budget is spent or reported
         assert data["minimized_path"] == str(script) and data["before"] == data["after"]
         assert data["confirm_run_id"] in reproduction.data.run_ids
         assert data["recorded"] == ["reduce"] and "register_test(" in data["next_step"]

@@ -70,7 +70,7 @@ class MinifyResult(BaseModel):
     already_minimal: bool = Field(False, description=(
         "mode='auto' judged the script minimal from its source (statements, ops in the compiled code): "
         "nothing was reduced, and it was confirmed to fail the case's way"))
-    budget_s: float
+    budget_s: float = Field(description="the seconds the reducer was given; 0 when nothing was reduced")
     budget_exhausted: bool = False
     seconds: float
     source: ReducerStatsOut | None = None
@@ -141,7 +141,7 @@ async def run_minify(store: Store, case: CaseRecord, ref: Reference, script: Pat
     if mode == "auto":
         judged = minimal.judge(script.read_text(errors="replace"))
         if judged.minimal:
-            done = await _already_minimal(store, case, ref, script, judged, budget_s, progress, cwd)
+            done = await _already_minimal(store, case, ref, script, judged, progress, cwd)
             done.seconds = round(time.monotonic() - started, 1)
             _record(store, case, done)
             done.next_step = _next_step(case.case_id, done, localized=store.localization(case.case_id) is not None)
@@ -180,7 +180,7 @@ async def run_minify(store: Store, case: CaseRecord, ref: Reference, script: Pat
 
 
 async def _already_minimal(store: Store, case: CaseRecord, ref: Reference, script: Path, judged: minimal.Minimality,
-                           budget_s: float, progress, cwd: Path | None) -> MinifyResult:
+                           progress, cwd: Path | None) -> MinifyResult:
     """A script judged minimal from its source: confirm it fails the case's way (the reproduction's runs,
     when it is the reproduced script unchanged; else one fresh run), and reduce nothing."""
     from pt2_bug_basher.execution.repro import script_digest
@@ -192,7 +192,7 @@ async def _already_minimal(store: Store, case: CaseRecord, ref: Reference, scrip
     loc = store.localization(case.case_id)
     if loc is not None and loc.signature == ref.signature and loc.first_failing:
         why += f"; localize: it first fails with backend={loc.first_failing} ({loc.layer or 'layer unknown'})"
-    result = MinifyResult(case_id=case.case_id, mode="none", why_mode=why, script=str(script), budget_s=budget_s,
+    result = MinifyResult(case_id=case.case_id, mode="none", why_mode=why, script=str(script), budget_s=0.0,
                           seconds=0.0, next_step="", before=sizes, after=dict(sizes), already_minimal=True)
     unchanged = script.resolve() == ref.script.resolve() and ref.script_sha256 is not None \
         and script_digest(script) == ref.script_sha256
