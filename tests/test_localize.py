@@ -13,6 +13,7 @@ from mcp import Client
 from pt2_bug_basher.case.config import ServerConfig
 from pt2_bug_basher.case.store import Store
 from pt2_bug_basher.mcp_server.server import create_server
+from pt2_bug_basher.report.views import run_view
 
 pytestmark = pytest.mark.anyio
 
@@ -84,6 +85,13 @@ async def test_graph_break_fails_in_eager_so_dynamo(module_config, tmp_path_fact
     assert all(store.get_run(r["run_id"], case_id).argv[0].startswith("<child forked from run-") for r in ran), ran
     localize_runs = [r for r in store.runs(case_id) if r.tool == "localize" and r.status != "cancelled"]
     assert len(localize_runs) == len(ran), [r.argv[:3] for r in localize_runs]
+    # a rung stopped once eager had failed reads the same in the table and in the report
+    for row in data["table"]:
+        if row["outcome"] == "skipped":
+            assert row["failure"].startswith("not run, or stopped once started: backend='eager'"), row
+    for run in store.runs(case_id):
+        if run.status == "cancelled":
+            assert run_view(run, 0.0).outcome.startswith("stopped by localize: a backend below it"), run
 
 
 @pytest.mark.slow

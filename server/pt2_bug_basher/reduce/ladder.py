@@ -222,7 +222,7 @@ async def localize(
             first = next(b for b in BACKENDS if (row := rows.get((b, "script"))) and row.outcome == "same failure")
             rows[(backend, dynamic)] = LadderRow(
                 backend=backend, dynamic=dynamic, outcome="skipped", run_id="-", seconds=0.0,
-                failure=f"not run: backend='{first}' below it already fails the case's way")
+                failure=f"not run, or stopped once started: backend='{first}' below it already fails the case's way")
 
     await progress(f"localize: {len(BACKENDS)} backends, {limiter.total_tokens:.0f} at a time")
     async with anyio.create_task_group() as group:

@@ -270,8 +270,10 @@ def run_view(run: RunRecord, t0: float) -> RunView:
         kind, outcome = "timeout", "killed after the timeout"
     elif status == "interrupted":
         kind, outcome = "interrupted", "interrupted: its server stopped"
+    elif status == "cancelled" and run.tool == "localize":
+        kind, outcome = "cancelled", "stopped by localize: a backend below it already failed the case's way"
     elif status == "cancelled":
-        kind, outcome = "cancelled", "cancelled"
+        kind, outcome = "cancelled", "cancelled with its call"
     elif status == "stopped":
         kind, outcome = "stopped", "warm interpreter that forked the runs; stopped by the server"
     elif run.signal:
