@@ -1115,3 +1115,14 @@ def test_the_output_of_a_run_that_passed_is_not_guessed_at() -> None:
                "torch.onnx.dynamo_export only implements opset version 18 for now.\n  warnings.warn(\n")
     assert classify(warning * 50, exit_code=0).category == "unknown"
     assert guessed(classify(warning * 50, exit_code=1))  # a failing run's output may still be guessed at
+
+
+def test_a_lone_fake_run_error_is_read_with_its_reason_on_the_next_line():
+    # the reason Dynamo's fake-tensor run gives follows the `Failed running call_function ...:` line
+    header = ("torch._dynamo.exc.TorchRuntimeError: Failed running call_function <built-in function f>"
+              "(*(FakeTensor(..., size=(16,)),), **{}):\n")
+    c = classify(header + "Cannot call sizes() on tensor with symbolic sizes/strides\n")
+    assert c.category == "dynamic_shapes" and any(e.rule == "exception:symbolic_in_fake_run" for e in c.evidence), c
+    # without a reason that names symbolic sizes it stays a fake-run error of unknown kind (the compile-off run
+    # decides whose it is)
+    assert classify(header + "expected a tensor of rank 2\n", text_model=None).category == "unknown"

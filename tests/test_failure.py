@@ -279,3 +279,19 @@ def test_a_paste_copied_with_its_line_numbers_is_read_without_them() -> None:
         "ValueError: bad count\n"
     assert parse(printed).final_exc.message == "bad count"
     assert _unnumbered(printed) == printed
+
+
+def test_a_lone_exception_line_keeps_the_lines_that_continue_its_message() -> None:
+    # Dynamo's fake-tensor run prints the op it ran, then the reason on the next line
+    lone = ("torch._dynamo.exc.TorchRuntimeError: Failed running call_function <built-in function f>"
+            "(*(FakeTensor(..., size=(s0,)),), **{}):\n"
+            "Cannot call sizes() on tensor with symbolic sizes/strides\n")
+    record = parse_failure(lone)
+    assert record.exception_type == "torch._dynamo.exc.TorchRuntimeError"
+    assert record.message is not None and record.message.endswith("\nCannot call sizes() on tensor with symbolic "
+                                                                  "sizes/strides"), record.message
+    # a blank line, a log line or a frame ends it
+    for after in ("\n\nprint(done)\n", "\nI0101 10:00:00.000 1 torch/x.py:1] next\n",
+                  '\n  File "/repo/a.py", line 3, in f\n'):
+        cut = parse_failure("RuntimeError: one reason" + after)
+        assert cut.message == "one reason", (after, cut.message)

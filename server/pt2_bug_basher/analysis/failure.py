@@ -548,6 +548,22 @@ def _headerless_blocks(text: str, end: int, idx: LineIndex) -> list[_Block]:
     return blocks[-_MAX_CHAIN:]
 
 
+def _continued(first: str, text: str, end_of_line: int) -> str:
+    """An exception line's message with the lines that continue it, as a traceback would print them (Dynamo's
+    `Failed running call_function ...:` gives its reason on the next line): up to a blank line, a frame, a
+    log line, another exception line or one of Dynamo's closing sections."""
+    lines = [first.rstrip()]
+    size = len(first)
+    for line in text[end_of_line + 1:].split("\n", _MAX_MESSAGE_LINES)[:_MAX_MESSAGE_LINES] if end_of_line >= 0 else []:
+        s = strip_prefix(line)
+        if (not s.strip() or _match_frame(s) or _is_message_end(s) or _QUALIFIED_EXC.match(s) or s != line
+                or size >= MESSAGE_LIMIT):
+            break
+        lines.append(s.rstrip())
+        size += len(s)
+    return "\n".join(lines)
+
+
 def _signal_from(exit_code: int | None, signal_name: str | None) -> str | None:
     """The signal that ended the process: given, or read from a subprocess-style negative exit
     code (-11) or a shell-style one (139); 137 and 143 (SIGKILL, SIGTERM) are left alone, as a
@@ -728,8 +744,8 @@ def parse(text: str, exit_code: int | None = None, signal_name: str | None = Non
                 ln = idx.line_of(last_exc.start())
                 le = text.find("\n", last_exc.start())
                 raw = text[last_exc.start():le if le >= 0 else len(text)]
-                exc = _Exc(type=last_exc.group("type"), message=last_exc.group("msg")[:MESSAGE_LIMIT], line_no=ln,
-                           line=raw)
+                message = _continued(last_exc.group("msg"), text, le)
+                exc = _Exc(type=last_exc.group("type"), message=message[:MESSAGE_LIMIT], line_no=ln, line=raw)
                 blocks.append(_Block(exc=exc))
 
     wrapped: list[str] = []
