@@ -67,6 +67,13 @@ async def test_run_tests_says_when_it_found_no_nearby_test(mini: Mini):
     assert data["next_step"].startswith("Verified on the registered test alone"), data["next_step"]
     assert "run_with_logs(" in data["next_step"] and "repeat=1)" in data["next_step"]
     assert "review_changes(" in data["next_step"]
+    # a test the agent names ran beside it: the verification no longer rests on the registered test alone
+    (mini.repo / "test" / "test_company.py").write_text(VALID_TEST_FILE.replace("TestSomething", "TestCompany"))
+    async with Client(mini.server) as client:
+        given = (await call(client, "run_tests", case_id=case_id,
+                            tests=["test/test_company.py::TestCompany::test_it"])).structured_content
+    assert given["verified"] is True and given["counts"]["passed"] == 2, given
+    assert "alone" not in given["next_step"], given["next_step"]
 
 
 async def test_verify_review_celebrate(mini: Mini):

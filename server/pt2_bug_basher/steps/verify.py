@@ -166,7 +166,7 @@ async def run_tests(state: AppState, case_id: str, tests: list[str] | None = Non
         _record_verification(state, case_id, result, merged, registered, registered_ids, nearby, tree_before,
                              tree_after)
     result.next_step = _next(case_id, result, registered, where)
-    if result.verified and not result.nearby:
+    if result.verified and not result.nearby and all(t.node_id in registered_ids for t in merged.tests):
         result.next_step = _alone(case_id, flow) + result.next_step
     if result.verified:
         status = await state.status(case_id)
@@ -311,9 +311,11 @@ def _alone(case_id: str, flow: Workflow) -> str:
     the bug: the repro, run as it is (its backend and settings, which the test may not share)."""
     reproduced = flow.latest_ok(Step.reproduce)
     script = reproduced.payload(ReproduceEvidence).script if reproduced is not None else None
-    rerun = (f" Run the repro as it is too, which the test may not cover (its backend, mode and inputs): "
+    rerun = (f" Run the repro as it is too (unless you have since the fix), which the test may not cover (its "
+             f"backend, mode and inputs): "
              f'run_with_logs(case_id="{case_id}", script="{script}", repeat=1).') if script else ""
-    return f"Verified on the registered test alone: no nearby test ran (the notes say why).{rerun} Then: "
+    return (f"Verified on the registered test alone: no nearby test ran (the notes say why), and no other test was "
+            f"given.{rerun} Then: ")
 
 
 def _next(case_id: str, result: RunTestsResult, registered: TestEvidence, where: str) -> str:
