@@ -1126,3 +1126,15 @@ def test_a_lone_fake_run_error_is_read_with_its_reason_on_the_next_line():
     # without a reason that names symbolic sizes it stays a fake-run error of unknown kind (the compile-off run
     # decides whose it is)
     assert classify(header + "expected a tensor of rank 2\n", text_model=None).category == "unknown"
+
+
+def test_an_attribute_missing_on_a_dynamo_variable_tracker_is_dynamo_internal():
+    # vLLM's report (training tu11e-di-02): Dynamo wrapped it as InternalTorchDynamoError; raised bare, the
+    # AttributeError names Dynamo's own object all the same
+    text = next(d["text"] for d in TRAINING if d["id"] == "tu11e-di-02")
+    assert "'SymNodeVariable' object has no attribute" in text
+    bare = "AttributeError: 'SymNodeVariable' object has no attribute 'value'\n"
+    c = classify(bare)
+    assert c.category == "dynamo_internal" and [e.rule for e in c.evidence] == ["dynamo_variable_attribute"], c
+    # an attribute missing on the user's own object is no evidence of Dynamo's bug
+    assert classify("AttributeError: 'Config' object has no attribute 'value'\n", text_model=None).category == "unknown"

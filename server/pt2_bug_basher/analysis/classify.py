@@ -293,6 +293,10 @@ RULES: tuple[Rule, ...] = (
        r"Unexpected number of inputs \(expected \d+, got \d+\)"),
     _r("during_export", "export", 2.0, ("during export", "Dynamic control flow is not supported",
                                         "Mutating module attribute")),
+    # Dynamo's own objects: its variable trackers (TensorVariable, SymNodeVariable, ...) lack what its code asks of
+    # them; Dynamo's bug, whatever the user's code did
+    _r("dynamo_variable_attribute", "dynamo_internal", 4.0, "Variable' object has no attribute",
+       r"'[A-Z]\w*Variable' object has no attribute"),
     # outside the seven categories, but recognised
     _r("fake_tensor_runtime_error", "unknown", 3.0, ("TorchRuntimeError", "Failed running call_")),
 )
