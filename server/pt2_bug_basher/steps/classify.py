@@ -20,7 +20,15 @@ from pt2_bug_basher.domain.errors import InvalidInput
 from pt2_bug_basher.domain.evidence import ClassifyEvidence, EvidenceLineRecord, ReproduceEvidence, Suspect
 from pt2_bug_basher.domain.names import Step, ToolName
 from pt2_bug_basher.execution.environment import interpreter_of_frames
-from pt2_bug_basher.playbooks import PLAYBOOKS, CategoryGuide, diagnostic_call, focus, guide, layer_of
+from pt2_bug_basher.playbooks import (
+    PLAYBOOKS,
+    CategoryGuide,
+    diagnostic_call,
+    focus,
+    guide,
+    layer_of,
+    present_in,
+)
 from pt2_bug_basher.reduce.ladder import PROBES
 
 if TYPE_CHECKING:
@@ -121,9 +129,15 @@ async def classify_error(
             out.next_step = _opening(python) + f", then reproduce: {out.diagnostic}"
         else:
             out.next_step = _without_a_case(result.category, out.diagnostic, python)
+        designed = _by_design(result)
+        if designed is not None:
+            out.guide = _by_design_guide(out.guide, designed, _torch_checkout(state.config.default_repo))
+            out.next_step = ("Only if the script's view does not overlap, debug the compiler: "
+                             + out.next_step[:1].lower() + out.next_step[1:])
         out.next_step = (_caveat(result) + _rule_note(result) + _own_backend_note(backend)
                          + (OWN_KERNEL_NOTE if own_kernel else "")
-                         + _known_report_note(out.similar_reports, text or "") + out.next_step)
+                         + _known_report_note(out.similar_reports, text or "", by_design=designed is not None)
+                         + out.next_step)
         if "<repro.py>" in out.next_step:
             out.next_step += (" (<repro.py>: the script that fails this way; for a pasted error without one, write "
                               "a small script from the report first)")
@@ -149,6 +163,8 @@ async def classify_error(
         known = {(t.file, t.line) for t in localized.suspects}
         out.suspects = [*localized.suspects, *(s for s in out.suspects if (s.file, s.line) not in known)]
     out.guide = guide(result.category, layer, Path(case.repo))
+    if (designed := _by_design(result)) is not None:
+        out.guide = _by_design_guide(out.guide, designed, Path(case.repo))
     playbook = focus(result.category, layer).playbook
 
     def from_state() -> tuple[str, str]:  # in a worker thread: the workflow may hash the tree
@@ -165,19 +181,47 @@ async def classify_error(
 _LAYER_OF_RULE = {"functionalization_refused": "AOTAutograd"}
 
 
-# what a rule's match means beyond its category: a refusal by design is not a miscompile
-_RULE_NOTES = {
-    "functionalization_refused": (
-        "Functionalization refuses this by design: an in-place op on a view whose elements overlap (unfold with a "
-        "step smaller than its window, expand) has no well-defined functional form, so torch.compile bans it "
-        "(aten/src/ATen/FunctionalInverses.cpp raises it). The script's fix is to clone() the view before "
-        "mutating it, or to use the out-of-place op; it is a compiler bug only if the mutated view does not "
-        "overlap. "),
+class ByDesign(BaseModel):
+    """A rule whose match is a refusal by design, not a miscompile: what to say first, and the files that
+    implement the refusal (in place of the category's, which are about compiler bugs)."""
+
+    note: str
+    source_files: list[str]
+    test_files: list[str]
+
+
+_BY_DESIGN = {
+    "functionalization_refused": ByDesign(
+        note=("Functionalization refuses this by design: an in-place op on a view whose elements overlap (unfold "
+              "with a step smaller than its window, expand) has no well-defined functional form, so torch.compile "
+              "bans it (aten/src/ATen/FunctionalInverses.cpp raises it). The script's fix is to clone() the view "
+              "before mutating it, or to use the out-of-place op; it is a compiler bug only if the mutated view "
+              "does not overlap. "),
+        source_files=["torch/_subclasses/functional_tensor.py", "torch/_functorch/_aot_autograd/functional_utils.py"],
+        test_files=["test/test_functionalization.py", "test/functorch/test_aotdispatch.py"]),
 }
 
 
+def _by_design(result: Classification) -> ByDesign | None:
+    return next((_BY_DESIGN[e.rule] for e in result.evidence if e.rule in _BY_DESIGN), None)
+
+
 def _rule_note(result: Classification) -> str:
-    return next((_RULE_NOTES[e.rule] for e in result.evidence if e.rule in _RULE_NOTES), "")
+    found = _by_design(result)
+    return found.note if found is not None else ""
+
+
+def _by_design_guide(current: CategoryGuide, found: ByDesign, repo: Path | None) -> CategoryGuide:
+    """The guide of a refusal by design: the files that implement it, and none of the compiler's debugging knobs."""
+    update: dict = {"source_files": found.source_files, "test_files": found.test_files, "config_knobs": [],
+                    "minify_level": None, "not_present": []}
+    if repo is not None:
+        for kind, files in (("source", found.source_files), ("test", found.test_files)):
+            choice = present_in(repo, files)
+            update[f"{kind}_files"] = choice.present
+            if choice.upstream:
+                update["not_present"].append(f"{choice.upstream} (upstream PyTorch; not present in {repo})")
+    return current.model_copy(update=update)
 
 
 def _layer_named(result: Classification) -> str | None:
@@ -234,15 +278,17 @@ KNOWN_REPORT_SIMILARITY = 0.9  # about the same text: the same error, reported b
 KNOWN_REPORT_MIN_WORDS = 12
 
 
-def _known_report_note(reports: list[SimilarReportOut], text: str) -> str:
+def _known_report_note(reports: list[SimilarReportOut], text: str, *, by_design: bool = False) -> str:
     """A paste that reads like a labelled public report almost word for word: read that report first."""
     if not reports or reports[0].similarity < KNOWN_REPORT_SIMILARITY:
         return ""
     if len(set(re.findall(TOKEN_PATTERN, text))) < KNOWN_REPORT_MIN_WORDS:
         return ""
     top = reports[0]
+    why = ("it discusses the same refusal" if by_design
+           else "the bug may be known or fixed in a newer torch")
     return (f"This text reads almost word for word like {top.url} (similarity {top.similarity:.2f}, diagnosed "
-            f"{top.label}): read that report first, the bug may be known or fixed in a newer torch. ")
+            f"{top.label}): read that report first, {why}. ")
 
 
 OWN_KERNEL_NOTE = ("No frame of torch in the traceback: the Triton kernel was launched by the script's own code "
@@ -265,9 +311,11 @@ def _caveat(result: Classification) -> str:
 
     if not guessed(result):
         return ""
-    return (f"The category is a guess (confidence {result.confidence:.2f}): no rule placed the text (it holds no "
-            "exception line, or one no rule knows); the evidence lines weighed most. The diagnostic run confirms "
-            "or refutes it. ")
+    exception = result.failure.exception_type if result.failure is not None else None
+    why = (f"no rule knows its exception ({exception.rsplit('.', 1)[-1]})" if exception
+           else "it holds no exception line")
+    return (f"The category is a guess (confidence {result.confidence:.2f}): {why}; the evidence lines weighed most. "
+            "The diagnostic run confirms or refutes it. ")
 
 
 def script_of(argv: list[str]) -> str | None:
