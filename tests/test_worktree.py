@@ -99,7 +99,8 @@ async def test_the_test_fails_on_main_in_a_worktree(mini: Mini):
     test_file.write_text(test_file.read_text() + "\n\nLIMIT = 21  # added after the main check\n")
     status = (await call(mini, "get_workflow", case_id=case_id)).structured_content["case"]
     main_check = next(s for s in status["steps"] if s["step"] == "main_check")
-    assert main_check["status"] == "stale" and "registered test has changed" in main_check["evidence"]
+    assert main_check["status"] == "stale", main_check
+    assert "the registered test's file, test/test_ops.py, has changed since the check" in main_check["evidence"]
 
     # Creating again replaces the server's own worktree, and checks the test as it is now.
     again = (await call(mini, "make_worktree", case_id=case_id, action="create", ref="main")).structured_content

@@ -271,8 +271,9 @@ class Workflow:
                 status.evidence = f"{good.summary} (on an earlier state of the code; the tree changed since)"
             elif spec.step == Step.main_check and self._test_changed_since(good):
                 status.status = "stale"
-                status.evidence = (f"{good.summary} (the registered test has changed since it ran there: "
-                                   "check it on the ref again)")
+                changed = good.payload(MainCheckEvidence).test_file
+                status.evidence = (f"{good.summary} (the registered test's file, {changed}, has changed since the "
+                                   "check ran it there: check it on the ref again)")
             else:
                 status.status = "done"
         elif latest is not None and not self._rebased(spec, latest):
