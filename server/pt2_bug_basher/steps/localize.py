@@ -126,7 +126,11 @@ async def localize(
         if result.bisection is not None:
             result.meaning += codegen_summary(result.bisection)
     changed = [change_sentence(change) for change in changes]
-    if changed:
+    if changed and result.suspects and _holds(changes[0], result.suspects[0]):
+        # the first suspect already says which commit changed it
+        result.meaning += f" Read that change first: git show {changes[0].change.commit}."
+        result.notes += changed
+    elif changed:
         result.meaning += f" {changed[0]}"
         result.notes += changed[1:]
     if note := copy_note(chosen):
@@ -195,6 +199,10 @@ def recently_changed(repo: Path, places: list[tuple[str, int, str]]) -> list[str
     return [change_sentence(c) for c in recent_changes(repo, places)]
 
 
+def _holds(change: FunctionChange, suspect: Suspect) -> bool:
+    return suspect.file == change.file and suspect.line is not None and change.first <= suspect.line <= change.last
+
+
 def changed_first(suspects: list[Suspect], changes: list[FunctionChange]) -> list[Suspect]:
     """The suspects with the recently changed functions first (most recent change first), each saying which
     commit changed it; a changed code-generation function the list lacks joins it there. The rest keep
@@ -205,7 +213,7 @@ def changed_first(suspects: list[Suspect], changes: list[FunctionChange]) -> lis
     rest = list(suspects)
     for c in changes:
         said = f"changed by {c.change.commit} \"{c.change.subject}\" ({c.when()})"
-        held = [s for s in rest if s.file == c.file and s.line is not None and c.first <= s.line <= c.last]
+        held = [s for s in rest if _holds(c, s)]
         if held:
             for s in held:
                 rest.remove(s)
