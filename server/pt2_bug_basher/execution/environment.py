@@ -30,7 +30,9 @@ class GpuInfo(BaseModel):
 
 class TorchBasics(BaseModel):
     version: str
-    git_version: str | None = None
+    git_version: str | None = Field(None, description=(
+        "the commit torch was built from (torch.version.git_version); a develop build keeps it from its last "
+        "build, so it is not the checkout's current commit (git rev-parse HEAD in the checkout says that)"))
     file: str
     imported_from_repo: bool = Field(description="torch is imported from inside the repository being fixed")
     import_seconds: float | None = None
