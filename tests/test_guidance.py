@@ -394,3 +394,15 @@ def test_the_first_suspect_sentence_names_the_code_generation_after_a_lowering(m
     mini.store.set_localization(case_id, LocalizeRecord(layer="Inductor", suspects=[lowering, *codegen]))
     both = _first_suspect(mini.server.state, case_id)  # type: ignore[attr-defined]
     assert both is not None and "reduction_acc_type, reduction_init" in both and "before looking" not in both
+
+
+def test_a_long_suspect_reason_is_cut_at_whole_clauses_keeping_the_commit():
+    from pt2_bug_basher.steps.artifacts import _short_why
+
+    why = ("implements lowerings #3: aten.full.default, the application the bisection isolated; called by "
+           "constant_fold_uniform_value (which lowerings #3 runs); the failing run called it 2 time(s); used by no "
+           "other function of its module; changed by 4ff97fa1 \"Joint graph: reuse the fill value\" (HEAD itself)")
+    short = _short_why(why)
+    assert short == ("implements lowerings #3: aten.full.default, the application the bisection isolated; changed "
+                     "by 4ff97fa1 \"Joint graph: reuse the fill value\" (HEAD itself)"), short
+    assert "\u2026" not in short and _short_why("called by helper") == "called by helper"

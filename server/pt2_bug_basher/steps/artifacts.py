@@ -162,13 +162,21 @@ def _first_suspect(state: AppState, case_id: str) -> str | None:
         return None
     top = record.suspects[0]
     where = f"{top.file}:{top.line}" if top.line else top.file
-    why = top.why if len(top.why) <= 200 else top.why[:199] + "\u2026"
+    why = _short_why(top.why)
     text = f"localize's first suspect is {top.function} at {where} ({why})"
     codegen = [s.function for s in record.suspects[1:] if "/codegen/" in s.file]
     if codegen:
         text += (f"; the code generation that ran only with that op lowered ({', '.join(codegen[:8])}) writes the "
                  "kernel's text, so match the bad line to the one that prints it")
     return text
+
+
+def _short_why(why: str, limit: int = 200) -> str:
+    """A suspect's reasons cut at whole clauses: the first, and the commit that changed it when one did."""
+    clauses = why.split("; ")
+    kept = [clauses[0], *(c for c in clauses[1:] if c.startswith("changed by "))]
+    text = "; ".join(kept)
+    return text if len(text) <= limit or len(kept) == 1 else clauses[0]
 
 
 # What to read, in order, when no graph reached Inductor: what Dynamo wrote, then the rest.
