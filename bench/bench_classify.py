@@ -218,15 +218,35 @@ def main() -> int:
                                                       ("tuning", tuning), ("training", training)) for d in samples}
     groups.update({d["id"]: _batch(d) for d in heldout})
     models = models_leaving_out(groups)
+    answers: dict[str, str] = {}
     for name, samples in corpora:
         ours = [classify(d["text"], d.get("exit_code"), d.get("signal_name"),
                          text_model=models[groups[d["id"]]]).category for d in samples]
+        answers.update((d["id"], category) for d, category in zip(samples, ours, strict=True))
         rules = [classify(d["text"], d.get("exit_code"), d.get("signal_name"), text_model=None).category
                  for d in samples]
         naive = [naive_classify(d["text"]) for d in samples]
         table(name, samples, ours, naive, rules)
     similar_reports_figure(heldout, groups, models)
+    second_reader_figure(heldout, answers)
     return 0
+
+
+def second_reader_figure(heldout: list[dict], answers: dict[str, str]) -> None:
+    """How a second reader, given only the texts, labelled the same held-out excerpts (second_reader.jsonl): what
+    the text alone lets a careful reader get right, beside this tool on the same excerpts."""
+    by_id = {d["id"]: d for d in heldout}
+    readers: dict[str, dict[str, str]] = {}
+    for row in load("second_reader.jsonl"):
+        readers.setdefault(row["reader"], {})[row["id"]] = row["label"]
+    for reader, labels in sorted(readers.items()):
+        for part, keep in (("all", lambda d: True), ("with the decisive line", lambda d: not d["hard_case"]),
+                           ("without it", lambda d: d["hard_case"])):
+            ids = [i for i in labels if keep(by_id[i])]
+            theirs = sum(is_right(by_id[i], labels[i]) for i in ids)
+            ours = sum(is_right(by_id[i], answers[i]) for i in ids)
+            print(f"second reader {reader} on {len(ids)} held-out excerpts ({part}): reader {theirs}/{len(ids)} "
+                  f"({theirs / len(ids):.3f}), ours {ours}/{len(ids)} ({ours / len(ids):.3f})")
 
 
 def similar_reports_figure(heldout: list[dict], groups: dict[str, str], models: dict[str, TextModel]) -> None:
