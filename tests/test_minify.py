@@ -389,3 +389,12 @@ async def test_a_candidate_running_at_the_deadline_is_stopped_there_and_not_judg
     # stopped at the deadline (3 s), not at the candidate timeout (120 s); the verdict stays open
     assert time.monotonic() - started < 30
     assert reducer.stats.budget_exhausted and reducer.stats.evaluations == 1 and reducer.cache == {}
+
+
+def test_the_sizes_an_answer_gives_count_statements_as_the_minimality_judge_does():
+    from pt2_bug_basher.reduce.minimal import judge
+    from pt2_bug_basher.reduce.source import size_of
+
+    source = ('"""A repro."""\nimport torch\n\n\ndef f(x):\n    pass\n    return x + 1\n\n\n'
+              'print(torch.compile(f, backend="eager")(torch.ones(2)))\n')
+    assert size_of(source)["statements"] == judge(source).statements == 3  # def, return, print

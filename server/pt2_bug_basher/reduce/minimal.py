@@ -65,7 +65,7 @@ def judge(source: str) -> Minimality:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return Minimality(-1, None, why_not="the script does not parse")
-    statements = sum(_counts(node) for node in ast.walk(tree))
+    statements = count_statements(tree)
     found = _Script(tree)
     bodies, unresolved = found.compiled()
     if unresolved or not bodies:
@@ -79,6 +79,11 @@ def judge(source: str) -> Minimality:
     elif ops > MAX_COMPILED_OPS:
         why_not = f"{ops} ops in the compiled code (more than {MAX_COMPILED_OPS})"
     return Minimality(statements, ops, names, why_not)
+
+
+def count_statements(tree: ast.AST) -> int:
+    """The statements of a script, nested ones counted; imports, `pass` and docstrings left out."""
+    return sum(_counts(node) for node in ast.walk(tree))
 
 
 def _counts(node: ast.AST) -> bool:

@@ -40,6 +40,7 @@ import anyio.to_thread
 from pt2_bug_basher.analysis.compare import RERUN, run_failure, same_failure
 from pt2_bug_basher.reduce.evaluate import Evaluator
 from pt2_bug_basher.reduce.ladder import Reference
+from pt2_bug_basher.reduce.minimal import count_statements
 
 ProgressFn = Callable[[str], Awaitable[None]]
 PROGRESS_EVERY_S = 10.0
@@ -515,9 +516,11 @@ def _with_constant(source: str, index: int, value: int) -> str | None:
 
 
 def size_of(source: str) -> dict[str, int]:
+    """Lines, bytes and statements, counted as minimal.judge counts them (imports, `pass` and docstrings left
+    out), so that every answer gives one count for one script."""
     try:
-        statements = sum(isinstance(n, ast.stmt) for n in ast.walk(ast.parse(source)))
-    except SyntaxError:
+        statements = count_statements(ast.parse(source))
+    except (SyntaxError, ValueError):
         statements = -1
     return {"lines": len([ln for ln in source.splitlines() if ln.strip()]), "bytes": len(source.encode()),
             "statements": statements}
