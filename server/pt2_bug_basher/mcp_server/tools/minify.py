@@ -37,6 +37,6 @@ def register(mcp: MCPServer, state: AppState) -> None:
         parallel, pysource-minimize, then shapes and integer constants). mode='auto' on a repro that
         is already minimal (a few statements, one or two ops in the compiled code) reduces nothing and
         records it as such, confirmed to fail the case's way; on a small one (up to 16 statements,
-        8 compiled ops) its source reduction gets at most 120 s. Returns minimized_path
+        8 compiled ops) its source reduction gets at most 60 s. Returns minimized_path
         (also a resource), the sizes before and after, whether it was confirmed, and next_step."""
         return await reduce.minify(state, case_id, script, mode, after, budget_s, progress=progress_reporter(ctx))
