@@ -223,3 +223,6 @@ async def test_localize_names_the_missing_length_guard(guard_bug_checkout: Torch
     assert (shown["graphs_compiled"], shown["frames_compiled"]) == (1, 1)
     assert shown["dynamo"]["recompiled"] is False and shown["dynamo"]["flags"][0]["source"] == "L['xs']"
     assert "no later call recompiled it" in shown["dynamo"]["statement"]
+    # ... and the same suspects localize named from that flag
+    assert [(s["file"], s["function"], s["line"]) for s in shown["suspects"][:2]] == [
+        (wrap["file"], wrap["function"], wrap["line"]), (guard["file"], guard["function"], guard["line"])]

@@ -75,7 +75,8 @@ class RunWithLogsResult(BaseModel):
     tail: list[str] = Field(default_factory=list, description="the last lines of stderr that matter")
     suspects: list[Suspect] = Field(default_factory=list, description=(
         "an exception raised inside torch: its innermost torch frames that are not compile plumbing, innermost "
-        "first (file relative to the torch checkout)"))
+        "first; a guard shape the guard logs flag: the builder function that wraps such a value, then the guard's "
+        "builder (file relative to the torch checkout)"))
     kernels: list[LoggedKernel] = Field(default_factory=list, description=(
         "the generated kernels (C++ cpp_fused_* or Triton triton_*) from the output_code log of the run shown, "
         "with their source-node comment and code (bounded; the full log is the run's stderr)"))
@@ -234,6 +235,11 @@ async def run_repro(
     if logs_spec and (has_guard_trees(first.stderr) or logs_recompiles(logs_spec)):
         result.dynamo = summarise_guards(first.stderr, recompiles_logged=logs_recompiles(logs_spec) or None,
                                          run_id=first.result.run_id, logs=logs_spec)
+        if result.dynamo.flags and not result.suspects:  # as localize names them from the same flags
+            from pt2_bug_basher.reduce.dynamo_guards import suspects_for
+
+            torch_file = (case.env.get("torch") or {}).get("file")
+            result.suspects = suspects_for(result.dynamo.flags, Path(torch_file).parent if torch_file else None)
     if trace and trace_dirs:
         tlparse = await run_tlparse(store, case, trace_dirs[0], case_dir / "tlparse" / parsed[0].result.run_id,
                                     tool=tool, progress=progress)
