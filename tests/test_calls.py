@@ -190,7 +190,12 @@ async def test_classify_error_says_a_learned_guess_is_a_guess_and_its_calls_are_
     # a lone exception line no rule knows: the guess says which exception it could not place
     async with Client(server) as client:
         lone = (await client.call_tool("classify_error", {"text": "ValueError: double() cannot take 21\n"}))
-    assert "no rule knows its exception (ValueError)" in lone.structured_content["next_step"], lone.structured_content
+    guess = lone.structured_content
+    assert "no rule knows its exception (ValueError)" in guess["next_step"], guess
+    # ... and it does not say whose code raised it: reproduce first (the compile-off run tells), no knobs to switch
+    assert guess["diagnostic"] == 'run_with_logs(case_id="<case_id>", script="<repro.py>", repeat=2)', guess
+    assert "reproduce first" in guess["next_step"] and guess["guide"]["config_knobs"] == [], guess
+    assert problems(guess["next_step"], schemas) == [], guess["next_step"]
 
 
 @pytest.mark.anyio

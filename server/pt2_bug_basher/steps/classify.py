@@ -77,7 +77,7 @@ async def classify_error(
     state: AppState, case_id: str | None = None, text: str | None = None, run_id: str | None = None,
 ) -> ClassifyResult:
     """Classify error text or a run's stderr; with a case, record it as the case's classification."""
-    from pt2_bug_basher.analysis.classify import classify
+    from pt2_bug_basher.analysis.classify import classify, guessed
 
     if (text is None) == (run_id is None):
         raise InvalidInput("pass exactly one of text (the error output) or run_id (a run of the case).")
@@ -108,16 +108,21 @@ async def classify_error(
     )
     if case_id is None:
         # the paste parsed once, in a worker thread: whose code raised, and which environment it ran in
-        backend, own_kernel, python = await anyio.to_thread.run_sync(_paste_facts, text or "", result.category)
-        if backend is not None or own_kernel:
-            # the script's own code failed: the reproduction's verdict settles whose bug it is, and nothing of
-            # PyTorch's compiler applies yet
+        backend, own_kernel, python, lone = await anyio.to_thread.run_sync(_paste_facts, text or "",
+                                                                           result.category)
+        lone_guess = lone and guessed(result)
+        if backend is not None or own_kernel or lone_guess:
+            # the script's own code failed, or a lone line does not say whose code did: the reproduction's verdict
+            # settles whose bug it is before any of the compiler's diagnostics
             out.diagnostic = format_call(ToolName.run_with_logs, case_id="<case_id>", script=script or "<repro.py>",
                                          repeat=2)
             out.suspects = []
-            out.guide = out.guide.model_copy(update={
-                "source_files": [backend.file] if backend else [], "test_files": [], "not_present": [],
-                "config_knobs": [], "minify_level": None, "log_preset": None})
+            if lone_guess:  # the guess names where to read, not what to switch
+                out.guide = out.guide.model_copy(update={"config_knobs": [], "minify_level": None})
+            else:
+                out.guide = out.guide.model_copy(update={
+                    "source_files": [backend.file] if backend else [], "test_files": [], "not_present": [],
+                    "config_knobs": [], "minify_level": None, "log_preset": None})
             if own_kernel:
                 out.phase = None
         else:
@@ -127,6 +132,8 @@ async def classify_error(
                              "the lines before it), or reproduce it with run_with_logs and classify the run_id.")
         elif backend is not None or own_kernel:
             out.next_step = _opening(python) + f", then reproduce: {out.diagnostic}"
+        elif lone_guess:
+            out.next_step = LONE_LINE_NOTE + _opening(python) + f", then reproduce: {out.diagnostic}"
         else:
             out.next_step = _without_a_case(result.category, out.diagnostic, python)
         designed = _by_design(result)
@@ -236,12 +243,20 @@ def _torch_checkout(repo: Path) -> Path | None:
     return repo if (repo / "torch" / "__init__.py").is_file() else None
 
 
-def _paste_facts(text: str, category: str) -> tuple[Frame | None, bool, Path | None]:
+def _paste_facts(text: str, category: str) -> tuple[Frame | None, bool, Path | None, bool]:
     """From a pasted traceback: the frame of the script's own backend that raised, whether a Triton kernel the
-    script launched itself failed, and the environment it ran in when that is on this machine."""
+    script launched itself failed, the environment it ran in when that is on this machine, and whether it is an
+    exception line without a frame."""
     parsed = parse(text)
+    frames = [f.file for f in parsed.all_frames()]
     return (own_backend_frame(parsed), category == "triton" and triton_outside_torch(parsed),
-            interpreter_of_frames([f.file for f in parsed.all_frames()]))
+            interpreter_of_frames(frames), parsed.final_exc is not None and not frames)
+
+
+LONE_LINE_NOTE = ("A lone exception line does not say whose code raised it (the script's own check, a shape check "
+                  "in a meta function, or the compiler): reproduce first. The reproduction runs the script with "
+                  "compilation off too, which tells a compiler bug from the script's own error, and its traceback "
+                  "decides the category. ")
 
 
 def _reproducing_diagnostic(category: str, script: str | None) -> str:
