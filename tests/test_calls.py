@@ -249,3 +249,19 @@ async def test_classify_error_names_similar_public_reports(server, schemas):
     assert said.index("Only if the script's view does not overlap, debug the compiler: open a case") < said.index(
         refused["diagnostic"]), said
     assert "fixed in a newer torch" not in said
+
+
+@pytest.mark.anyio
+async def test_classify_error_says_what_an_unbacked_symbol_is(server, schemas):
+    fake_run = ("torch._dynamo.exc.TorchRuntimeError: Failed running call_function <built-in function getitem>"
+                "(*(FakeTensor(..., size=(s0, 4)), slice(None, u0, None)), **{}):\n"
+                "Cannot call sizes() on tensor with symbolic sizes/strides\n")
+    async with Client(server) as client:
+        data = (await client.call_tool("classify_error", {"text": fake_run})).structured_content
+        backed = (await client.call_tool("classify_error", {
+            "text": fake_run.replace("u0", "s1")})).structured_content
+    assert data["category"] == "dynamic_shapes", data
+    assert data["next_step"].startswith("u0 is an unbacked symbol: a size or value the program reads from data")
+    assert "torch._check(" in data["next_step"] and problems(data["next_step"], schemas) == []
+    # a backed size (s1) is no unbacked symbol
+    assert backed["category"] == "dynamic_shapes" and "unbacked" not in backed["next_step"], backed

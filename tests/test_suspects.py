@@ -156,8 +156,13 @@ async def test_a_code_generation_bug_is_traced_past_the_lowering(codegen_bug_che
         run = await client.call_tool("run_with_logs", {"case_id": case_id, "script": "repro_amin.py", "repeat": 2})
         assert run.structured_content["reproduced"], run.structured_content
         result = await client.call_tool("localize", {"case_id": case_id})
+        classified = (await client.call_tool("classify_error", {
+            "case_id": case_id, "run_id": run.structured_content["runs"][0]["run_id"]})).structured_content
     assert not result.is_error, result.content[0].text
     data = result.structured_content
+    # the guide reads localize's suspects' files first
+    suspect_files = list(dict.fromkeys(s["file"] for s in data["suspects"]))
+    assert classified["guide"]["source_files"][:2] == suspect_files[:2], (classified["guide"], suspect_files)
     bisection = data["bisection"]
     assert data["layer"] == "Inductor" and bisection["subsystem"] == "lowerings", bisection
     assert bisection["culprit"]["subject"] == "aten.amin.default", bisection["culprit"]

@@ -141,7 +141,7 @@ async def classify_error(
             out.guide = _by_design_guide(out.guide, designed, _torch_checkout(state.config.default_repo))
             out.next_step = ("Only if the script's view does not overlap, debug the compiler: "
                              + out.next_step[:1].lower() + out.next_step[1:])
-        out.next_step = (_caveat(result) + _rule_note(result) + _own_backend_note(backend)
+        out.next_step = (_caveat(result) + _rule_note(result, text or "") + _own_backend_note(backend)
                          + (OWN_KERNEL_NOTE if own_kernel else "")
                          + _known_report_note(out.similar_reports, text or "", by_design=designed is not None)
                          + out.next_step)
@@ -172,6 +172,9 @@ async def classify_error(
     out.guide = guide(result.category, layer, Path(case.repo))
     if (designed := _by_design(result)) is not None:
         out.guide = _by_design_guide(out.guide, designed, Path(case.repo))
+    elif localized is not None and localized.suspects:  # the files localize pointed at come first
+        named = [s.file for s in localized.suspects if s.file.endswith(".py") and (Path(case.repo) / s.file).is_file()]
+        out.guide.source_files = list(dict.fromkeys([*named, *out.guide.source_files]))
     playbook = focus(result.category, layer).playbook
 
     def from_state() -> tuple[str, str]:  # in a worker thread: the workflow may hash the tree
@@ -180,7 +183,7 @@ async def classify_error(
         return next_diagnostic(state, flow, status, playbook, script), status.next_step
 
     out.diagnostic, out.next_step = await anyio.to_thread.run_sync(from_state)
-    out.next_step = _caveat(result) + _rule_note(result) + out.next_step
+    out.next_step = _caveat(result) + _rule_note(result, text or "") + out.next_step
     return out
 
 
@@ -213,9 +216,20 @@ def _by_design(result: Classification) -> ByDesign | None:
     return next((_BY_DESIGN[e.rule] for e in result.evidence if e.rule in _BY_DESIGN), None)
 
 
-def _rule_note(result: Classification) -> str:
+# an unbacked symbol (u0, u12) inside a symbolic expression, a fake tensor's size or an op's arguments
+_UNBACKED = re.compile(r"(?:[(\[,=:]\s*|\b(?:Eq|Ne|Max|Min|Mod)\()(u\d+)\b(?!\.)")
+
+
+def _rule_note(result: Classification, text: str = "") -> str:
     found = _by_design(result)
-    return found.note if found is not None else ""
+    if found is not None:
+        return found.note
+    if result.category == "dynamic_shapes" and (unbacked := _UNBACKED.search(text)):
+        name = unbacked.group(1)
+        return (f"{name} is an unbacked symbol: a size or value the program reads from data (.item(), .tolist(), "
+                "nonzero(), ...), which the compiler cannot guard on. torch._check(...) on it in the script tells "
+                "the compiler what holds; a fix in torch makes the op or its meta function need no guard on it. ")
+    return ""
 
 
 def _by_design_guide(current: CategoryGuide, found: ByDesign, repo: Path | None) -> CategoryGuide:
