@@ -61,6 +61,8 @@ async def test_review_runs_ruff_on_the_changed_lines(mini: Mini):
     assert [(f["file"], f["line"], f["code"]) for f in lint["on_changed_lines"]] == [("pkg/ops.py", unused_line,
                                                                                       "F841")]
     assert lint["findings_in_files"] == 2  # the unused import on main's line is not the change's
+    assert f"1 other finding(s) on lines the change did not touch (all of them: the output of run {lint['run_id']})" \
+        in lint["note"], lint["note"]
     [finding] = [f for f in data["findings"] if f["kind"] == "lint"]
     assert finding["severity"] == "warning" and (finding["file"], finding["line"]) == ("pkg/ops.py", unused_line)
     assert f"pkg/ops.py:{unused_line}" in finding["text"] and "F841" in finding["text"]

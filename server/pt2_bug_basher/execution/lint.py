@@ -174,6 +174,9 @@ async def lint_changed_lines(store: Store, case: CaseRecord, root: Path, changed
     kept = [f for f in found if f.line in changed.get(f.file, set())]
     report.findings_in_files = len(found)
     report.on_changed_lines = kept[:MAX_FINDINGS]
+    others = len(found) - len(kept)
     report.note = (f"{len(kept)} of {len(found)} findings in the {len(files)} changed files are on changed lines"
-                   + (f" (first {MAX_FINDINGS} shown)" if len(kept) > MAX_FINDINGS else "") + "." + unconfigured)
+                   + (f" (first {MAX_FINDINGS} shown)" if len(kept) > MAX_FINDINGS else "")
+                   + (f"; {others} other finding(s) on lines the change did not touch (all of them: the output of "
+                      f"run {run.run_id})" if others else "") + "." + unconfigured)
     return report
