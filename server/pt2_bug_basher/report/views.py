@@ -271,7 +271,8 @@ def run_view(run: RunRecord, t0: float) -> RunView:
     elif status == "interrupted":
         kind, outcome = "interrupted", "interrupted: its server stopped"
     elif status == "cancelled" and run.tool == "localize":
-        kind, outcome = "cancelled", "stopped by localize: a backend below it already failed the case's way"
+        kind, outcome = "cancelled", ("stopped by localize: a backend below it already failed the case's way (or "
+                                      "the localize call was cancelled)")
     elif status == "cancelled":
         kind, outcome = "cancelled", "cancelled with its call"
     elif status == "stopped":
