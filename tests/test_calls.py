@@ -211,6 +211,21 @@ async def test_classify_error_names_the_pasted_tracebacks_environment_in_a_call_
     assert problems(data["next_step"], schemas) == [], data["next_step"]
 
 
+def test_a_pasted_tracebacks_environment_is_named_only_when_its_torch_is_here(tmp_path):
+    from pt2_bug_basher.execution.environment import interpreter_of_frames
+
+    prefix = tmp_path / "env"
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "bin" / "python").symlink_to(sys.executable)
+    torch_dir = prefix / "lib" / "python3.11" / "site-packages" / "torch"
+    frame = str(torch_dir / "_dynamo" / "symbolic_convert.py")
+    # the environment exists, the pasted traceback's torch does not (a system path of another machine)
+    assert interpreter_of_frames([frame]) is None
+    torch_dir.mkdir(parents=True)
+    (torch_dir / "__init__.py").write_text("")
+    assert interpreter_of_frames([frame]) == prefix / "bin" / "python"
+
+
 @pytest.mark.anyio
 async def test_classify_error_names_similar_public_reports(server, schemas):
     from corpus_samples import HELDOUT

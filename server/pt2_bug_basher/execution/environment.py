@@ -85,10 +85,13 @@ _INSTALLED_TORCH_FRAME = re.compile(r"^(?P<prefix>/.+?)/lib/python3\.\d+/(?:site
 
 
 def interpreter_of_frames(files: list[str]) -> Path | None:
-    """The interpreter of the environment whose installed torch the frames run in, when that environment
-    exists on this machine (a traceback pasted from here names it; one from elsewhere does not)."""
-    prefixes = [m["prefix"] for f in files if (m := _INSTALLED_TORCH_FRAME.match(f.replace("\\", "/")))]
-    for prefix in dict.fromkeys(prefixes):  # the first environment named, checked once
+    """The interpreter of the environment whose installed torch the frames run in, when that environment and
+    its torch exist on this machine (a traceback pasted from here names it; one from elsewhere may name a
+    system path that exists here without torch in it)."""
+    found = [(m["prefix"], m.group(0)) for f in files if (m := _INSTALLED_TORCH_FRAME.match(f.replace("\\", "/")))]
+    for prefix, torch_dir in dict.fromkeys(found):  # each environment named, checked once
+        if not (Path(torch_dir) / "__init__.py").is_file():
+            continue
         try:
             return _env_python(Path(prefix))
         except InvalidInput:
