@@ -280,3 +280,15 @@ async def test_classify_error_says_what_an_unbacked_symbol_is(server, schemas):
     assert "torch._check(" in data["next_step"] and problems(data["next_step"], schemas) == []
     # a backed size (s1) is no unbacked symbol
     assert backed["category"] == "dynamic_shapes" and "unbacked" not in backed["next_step"], backed
+
+
+@pytest.mark.anyio
+async def test_classify_error_says_when_a_category_rests_only_on_where_a_traceback_stops(server, schemas):
+    cut = ('  File "/site/torch/_dynamo/symbolic_convert.py", line 1203, in run\n    while self.step():\n'
+           '  File "/site/torch/_dynamo/variables/builtin.py", line 1011, in call_function\n')
+    async with Client(server) as client:
+        data = (await client.call_tool("classify_error", {"text": cut})).structured_content
+    assert {e["rule"] for e in data["evidence"]} == {"frames:dynamo_trace"}, data["evidence"]
+    said = data["next_step"]
+    assert said.startswith("The category rests only on where the traceback stops (frames:dynamo_trace"), said
+    assert "for a graph break and for a Dynamo internal error alike" in said and problems(said, schemas) == []

@@ -338,9 +338,16 @@ def _caveat(result: Classification) -> str:
     """A category guessed from text that holds no exception line says so before any next step."""
     from pt2_bug_basher.analysis.classify import guessed
 
+    exception = result.failure.exception_type if result.failure is not None else None
+    rules = sorted({e.rule for e in result.evidence})
+    if not guessed(result) and exception is None and rules and all(r.startswith("frames:") for r in rules):
+        both = (" A traceback cut in Dynamo's tracer stops there for a graph break and for a Dynamo internal error "
+                "alike." if "frames:dynamo_trace" in rules else "")
+        return (f"The category rests only on where the traceback stops ({', '.join(rules)}; confidence "
+                f"{result.confidence:.2f}): the text holds no exception line, and the run's own exception decides."
+                f"{both} ")
     if not guessed(result):
         return ""
-    exception = result.failure.exception_type if result.failure is not None else None
     why = (f"no rule knows its exception ({exception.rsplit('.', 1)[-1]})" if exception
            else "it holds no exception line")
     return (f"The category is a guess (confidence {result.confidence:.2f}): {why}; the evidence lines weighed most. "
