@@ -1132,3 +1132,16 @@ def test_an_attribute_missing_on_a_dynamo_variable_tracker_is_dynamo_internal():
     assert c.category == "dynamo_internal" and [e.rule for e in c.evidence] == ["dynamo_variable_attribute"], c
     # an attribute missing on the user's own object is no evidence of Dynamo's bug
     assert classify("AttributeError: 'Config' object has no attribute 'value'\n", text_model=None).category == "unknown"
+
+
+def test_a_source_line_a_traceback_shows_is_no_evidence_beside_the_exception_line():
+    text = ("Traceback (most recent call last):\n"
+            '  File "/x/torch/_dynamo/convert_frame.py", line 10, in _compile\n'
+            "    raise InternalTorchDynamoError(\n"
+            "torch._dynamo.exc.InternalTorchDynamoError: KeyError: 'reverse'\n")
+    c = classify(text)
+    assert c.category == "dynamo_internal"
+    assert [e.text for e in c.evidence] == ["torch._dynamo.exc.InternalTorchDynamoError: KeyError: 'reverse'"], c
+    # alone (a traceback cut above its exception line), the source line still counts
+    cut = classify(text.rsplit("torch._dynamo.exc", 1)[0])
+    assert cut.category == "dynamo_internal" and "raise InternalTorchDynamoError(" in cut.evidence[0].text, cut

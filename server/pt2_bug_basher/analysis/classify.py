@@ -43,6 +43,7 @@ from .failure import (
     Frame,
     LineIndex,
     ParsedFailure,
+    _match_frame,
     last_line,
     parse,
     record_from_parsed,
@@ -1026,6 +1027,14 @@ def _learned_guess(text: str, text_model: TextModel | Literal["default"]) -> Lea
     return text_model.guess(text)
 
 
+def _shown_code(text: str, h: _Hit) -> bool:
+    """The hit's line is source code a traceback shows under a frame line."""
+    if h.pos <= 0 or not h.text[:1].isspace():
+        return False
+    previous = text[text.rfind("\n", 0, h.pos - 1) + 1:h.pos - 1]
+    return _match_frame(strip_prefix(previous)) is not None
+
+
 def _select_evidence(text: str, index: LineIndex, hits: list[_Hit], category: str,
                      secondary: list[str]) -> list[EvidenceLine]:
     order = {category: 0}
@@ -1044,6 +1053,8 @@ def _select_evidence(text: str, index: LineIndex, hits: list[_Hit], category: st
     for h in usable:
         if h.line_no in lines_seen or not strip_prefix(h.text).strip(" ^~\t"):
             continue
+        if per_cat.get(h.category, 0) and _shown_code(text, h):
+            continue  # a source line a traceback shows (`raise InternalTorchDynamoError(`) beside a better line
         limit = MAX_EVIDENCE if h.category == category else 2
         if per_cat.get(h.category, 0) >= limit or per_rule.get(h.rule, 0) >= 2:
             continue
