@@ -196,4 +196,4 @@ async def test_a_code_generation_bug_is_traced_past_the_lowering(codegen_bug_che
     assert "reduction_init (torch/_inductor/codegen/cpp.py:" in changed[0] and "HEAD itself" in changed[0]
     # said once in the meaning: the first suspect names the commit, the full sentence is a note
     assert changed[0] in data["notes"] and data["meaning"].count(f'"{planted}"') == 1, data["meaning"]
-    assert "Read that change first: git show " in data["meaning"]
+    assert "The change to read once the test fails: git show " in data["meaning"]

@@ -128,7 +128,7 @@ async def localize(
     changed = [change_sentence(change) for change in changes]
     if changed and result.suspects and _holds(changes[0], result.suspects[0]):
         # the first suspect already says which commit changed it
-        result.meaning += f" Read that change first: git show {changes[0].change.commit}."
+        result.meaning += f" The change to read once the test fails: git show {changes[0].change.commit}."
         result.notes += changed
     elif changed:
         result.meaning += f" {changed[0]}"
