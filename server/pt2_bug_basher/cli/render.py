@@ -84,7 +84,7 @@ def format_env_report(result: Any) -> str:
     if result.torch is not None:
         t = result.torch
         lines += [
-            f"torch       : {t.version} (git {t.git_version or '?'})",
+            f"torch       : {t.version} (built from git {t.git_version or '?'})",
             f"torch from  : {t.file}" + ("  [develop build of the repository]" if t.imported_from_repo else ""),
             f"CUDA        : {'available, ' + (t.cuda_version or '?') if t.cuda_available else 'not available'}",
         ]

@@ -127,7 +127,7 @@ def build_report(store: Store, case_id: str, tree_hash: Callable[[], str] | None
     torch_info = as_dict(env.get("torch"))
     torch = clip(torch_info.get("version")) or "?"
     if torch_info.get("git_version"):
-        torch += f" (git {clip(torch_info.get('git_version'), 40)})"
+        torch += f" (built from git {clip(torch_info.get('git_version'), 40)})"
 
     run_views = [run_view(r, t0) for r in runs]
     hidden = max(0, len(run_views) - MAX_RUNS_SHOWN)
