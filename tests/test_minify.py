@@ -61,6 +61,7 @@ async def test_source_reducer_shrinks_a_padded_graph_break(module_config):
         assert data["after"]["bytes"] < 0.5 * data["before"]["bytes"], data
         assert data["after"]["lines"] < data["before"]["lines"]
         reduced = Path(data["minimized_path"]).read_text()
+        assert reduced.endswith("\n") and not reduced.endswith("\n\n")  # a file as an editor writes it
         for gone in ("UnusedBlock", "helper_never_called", "json", "512"):
             assert gone not in reduced, reduced
         assert "fullgraph=True" in reduced and "y.sum() > 0" in reduced.replace("(", "").replace(")", "") \

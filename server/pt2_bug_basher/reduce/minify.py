@@ -317,7 +317,7 @@ async def _source(store, case, ref, script, budget_s, progress, work, result: Mi
     target = _out_dir(store, case.case_id) / f"{script.stem}_min_{time.strftime('%H%M%S')}.py"
     header = (f"# Reduced from {script.name} by pt2-bug-basher (case {case.case_id}); "
               f"fails with: {ref.signature}\n")
-    target.write_text(header + reduced)
+    target.write_text(header + reduced.rstrip("\n") + "\n")  # ast.unparse leaves no final newline
     result.minimized_path = str(target)
     result.resource = resource_uri(case.case_id, target)
     result.after = size_of(reduced)
