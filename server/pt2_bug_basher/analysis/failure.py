@@ -554,7 +554,8 @@ def _continued(first: str, text: str, end_of_line: int) -> str:
     log line, another exception line or one of Dynamo's closing sections."""
     lines = [first.rstrip()]
     size = len(first)
-    for line in text[end_of_line + 1:].split("\n", _MAX_MESSAGE_LINES)[:_MAX_MESSAGE_LINES] if end_of_line >= 0 else []:
+    following = text[end_of_line + 1:end_of_line + 1 + 2 * MESSAGE_LIMIT] if end_of_line >= 0 else ""
+    for line in following.split("\n")[:_MAX_MESSAGE_LINES]:
         s = strip_prefix(line)
         if (not s.strip() or _match_frame(s) or _is_message_end(s) or _QUALIFIED_EXC.match(s) or s != line
                 or size >= MESSAGE_LIMIT):

@@ -335,7 +335,8 @@ def _own_backend_note(frame: Frame | None) -> str:
 
 
 def _caveat(result: Classification) -> str:
-    """A category guessed from text that holds no exception line says so before any next step."""
+    """A category guessed (the fallback's or the learned guess), or resting only on where a cut traceback stops,
+    says so before any next step."""
     from pt2_bug_basher.analysis.classify import guessed
 
     exception = result.failure.exception_type if result.failure is not None else None
