@@ -196,7 +196,14 @@ async def test_classify_error_says_a_learned_guess_is_a_guess_and_its_calls_are_
     # ... and it does not say whose code raised it: reproduce first (the compile-off run tells), no knobs to switch
     assert guess["diagnostic"] == 'run_with_logs(case_id="<case_id>", script="<repro.py>", repeat=2)', guess
     assert "reproduce first" in guess["next_step"] and guess["guide"]["config_knobs"] == [], guess
+    assert guess["guide"]["source_files"] == [] and guess["guide"]["log_preset"] is None, guess["guide"]
     assert problems(guess["next_step"], schemas) == [], guess["next_step"]
+    # a lone line that names nothing of torch is not guessed at, and is reproduced first all the same
+    async with Client(server) as client:
+        plain = (await client.call_tool("classify_error", {
+            "text": "RuntimeError: shape '[4, 8]' is invalid for input of size 24\n"})).structured_content
+    assert plain["category"] == "unknown" and plain["diagnostic"] == guess["diagnostic"], plain
+    assert plain["next_step"].startswith("A lone exception line does not say whose code raised it"), plain
 
 
 @pytest.mark.anyio

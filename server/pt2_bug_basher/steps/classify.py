@@ -110,30 +110,27 @@ async def classify_error(
         # the paste parsed once, in a worker thread: whose code raised, and which environment it ran in
         backend, own_kernel, python, lone = await anyio.to_thread.run_sync(_paste_facts, text or "",
                                                                            result.category)
-        lone_guess = lone and guessed(result)
+        lone_guess = lone and (guessed(result) or result.category == "unknown")
         if backend is not None or own_kernel or lone_guess:
             # the script's own code failed, or a lone line does not say whose code did: the reproduction's verdict
-            # settles whose bug it is before any of the compiler's diagnostics
+            # settles whose bug it is before any of the compiler's diagnostics, and no guide of a category applies
             out.diagnostic = format_call(ToolName.run_with_logs, case_id="<case_id>", script=script or "<repro.py>",
                                          repeat=2)
             out.suspects = []
-            if lone_guess:  # the guess names where to read, not what to switch
-                out.guide = out.guide.model_copy(update={"config_knobs": [], "minify_level": None})
-            else:
-                out.guide = out.guide.model_copy(update={
-                    "source_files": [backend.file] if backend else [], "test_files": [], "not_present": [],
-                    "config_knobs": [], "minify_level": None, "log_preset": None})
+            out.guide = out.guide.model_copy(update={
+                "source_files": [backend.file] if backend else [], "test_files": [], "not_present": [],
+                "config_knobs": [], "minify_level": None, "log_preset": None})
             if own_kernel:
                 out.phase = None
         else:
             out.diagnostic = _reproducing_diagnostic(result.category, script)
-        if result.category == "unknown":
+        if lone_guess:
+            out.next_step = LONE_LINE_NOTE + _opening(python) + f", then reproduce: {out.diagnostic}"
+        elif result.category == "unknown":
             out.next_step = ("The text shows no known failure pattern. Pass the full stderr (the last exception and "
                              "the lines before it), or reproduce it with run_with_logs and classify the run_id.")
         elif backend is not None or own_kernel:
             out.next_step = _opening(python) + f", then reproduce: {out.diagnostic}"
-        elif lone_guess:
-            out.next_step = LONE_LINE_NOTE + _opening(python) + f", then reproduce: {out.diagnostic}"
         else:
             out.next_step = _without_a_case(result.category, out.diagnostic, python)
         designed = _by_design(result)
