@@ -34,8 +34,9 @@ def register(mcp: MCPServer, state: AppState) -> None:
         or an exception no rule knows that torch's own code raised, or pasted alone naming torch's
         machinery) gets a guess (rules fallback:..., confidence at most 0.25; the last resort, learned
         from labelled public error text, fallback:learned at most 0.2), and the next step says it is one.
-        A lone exception line is reproduced first: the compile-off run tells whose code raised it. similar_reports names labelled public reports whose text reads
-        most like this one (possibly the same bug). A pasted traceback whose torch is installed in an
+        A lone exception line is reproduced first: the compile-off run tells whose code raised it.
+        similar_reports names labelled public reports whose text reads most like this one (possibly the
+        same bug). A pasted traceback whose torch is installed in an
         environment on this machine gets that interpreter in its check_env call. With case_id,
         completes the classification step."""
         return await classify.classify_error(state, case_id, text=text, run_id=run_id)
