@@ -128,6 +128,16 @@ def test_codegen_only_the_culprit_ran_is_kept_with_code_emitters_first():
     assert "aten.amin.default" in summary
     assert all(f"{c.function} ({c.file}:{c.line})" in summary for c in only), summary
     assert codegen_summary(report.model_copy(update={"codegen": []})) == ""
+    # a single-op graph runs every generic helper only with its op lowered: a sentence names the first few, the
+    # suspects keep them all
+    many = [call(f"emit_{i}", emits=True, line=10 + i) for i in range(3)]
+    many += [call(f"helper_{i}", emits=False, line=20 + i) for i in range(5)]
+    crowded = report.model_copy(update={"codegen": many})
+    named = [s.function for s in bisect_suspects(crowded) if "generates kernel code" in s.why]
+    assert named == [c.function for c in many], named
+    sentence = codegen_summary(crowded)
+    assert "emit_2 (" in sentence and "helper_0" not in sentence, sentence
+    assert sentence.endswith(", and 5 more (the suspects list them)."), sentence
 
 
 @pytest.fixture(scope="module")
@@ -174,7 +184,7 @@ async def test_a_code_generation_bug_is_traced_past_the_lowering(codegen_bug_che
     assert not any(name.endswith(".where") for name in names), names
     assert not any("__" in name or "<genexpr>" in name for name in names), names
     guilty = next(c for c in codegen if c["function"] == "reduction_init")
-    assert "reduction_init (torch/_inductor/codegen/cpp.py:" in data["meaning"], data["meaning"]
+    assert "reduction_init at torch/_inductor/codegen/cpp.py:" in data["meaning"], data["meaning"]
     assert guilty["emits"] and guilty["abs"].startswith(str(made.checkout))
     assert (made.checkout / guilty["file"]).read_text().splitlines()[guilty["line"] - 1].startswith(
         "def reduction_init(")
@@ -197,3 +207,14 @@ async def test_a_code_generation_bug_is_traced_past_the_lowering(codegen_bug_che
     # said once in the meaning: the first suspect names the commit, the full sentence is a note
     assert changed[0] in data["notes"] and data["meaning"].count(f'"{planted}"') == 1, data["meaning"]
     assert "The change to read once the test fails: git show " in data["meaning"]
+
+
+def test_a_traceback_cut_before_its_exception_line_says_so_in_its_suspects():
+    site = "/opt/conda/lib/python3.10/site-packages/torch/_inductor/lowering.py"
+    cut = (f'  File "{site}", line 412, in wrapped\n'
+           "    out = decomp_fn(*args, **kwargs)\n"
+           f'  File "{site}", line 6120, in pow_recursive\n')
+    top, *rest = exception_suspects(cut)
+    assert (top.file, top.line, top.function) == ("torch/_inductor/lowering.py", 6120, "pow_recursive")
+    assert top.why == "innermost torch frame where the traceback stops (no exception line shown)", top
+    assert "exception" not in " ".join(s.why for s in rest), rest

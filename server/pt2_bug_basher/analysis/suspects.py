@@ -20,6 +20,9 @@ from pt2_bug_basher.domain.evidence import Suspect
 
 MAX_HELPERS = 3
 MAX_FRAMES = 3
+# code generation that ran only with the culprit, code emitters first: a single-op graph runs every generic helper
+# only with its op lowered, so a sentence names the first few; the suspects and bisection.codegen keep them all
+MAX_CODEGEN_NAMED = 3
 HELPER_USERS_LIMIT = 3
 # Frames that only pass a call through: the entry points, wrappers and dispatch of the compile stack.
 PLUMBING_FILES = re.compile(
@@ -68,9 +71,10 @@ def codegen_summary(report: BisectReport) -> str:
     if not report.codegen:
         return ""
     subject = (report.culprit.subject or report.culprit.debug) if report.culprit else "the culprit"
-    named = ", ".join(f"{c.function} ({c.file}:{c.line})" for c in report.codegen)
+    named = ", ".join(f"{c.function} ({c.file}:{c.line})" for c in report.codegen[:MAX_CODEGEN_NAMED])
+    more = len(report.codegen) - MAX_CODEGEN_NAMED
     return (f" The bug may be in the code generated for {subject} rather than in its lowering: these ran only "
-            f"with it lowered: {named}.")
+            f"with it lowered: {named}" + (f", and {more} more (the suspects list them)" if more > 0 else "") + ".")
 
 
 def helper_candidates(site: SourceSite) -> list[str]:
@@ -170,14 +174,18 @@ def exception_suspects(error_text: str) -> list[Suspect]:
         if not frames:
             continue
         exc = block.exc
-        raised = f"{exc.type}" if exc is not None and getattr(exc, "type", None) else "the exception"
+        raised = f"{exc.type}" if exc is not None and getattr(exc, "type", None) else None
         out: list[Suspect] = []
         for depth, frame in enumerate(reversed(frames)):
             rel = relative_torch_path(frame.file)
             if PLUMBING_FILES.search(rel) or PLUMBING_FUNCTIONS.match(frame.function) or not rel.endswith(".py"):
                 continue  # plumbing, or code torch generated under a made-up name (`subclass_codegen.py:codegen(...)`)
-            why = (f"innermost torch frame of {raised}" if not out else
-                   f"calls the frame above ({depth} frame(s) out from where {raised} was raised)")
+            if raised is None:  # a traceback cut before its exception line
+                why = ("innermost torch frame where the traceback stops (no exception line shown)" if not out else
+                       f"calls the frame above ({depth} frame(s) out from where the traceback stops)")
+            else:
+                why = (f"innermost torch frame of {raised}" if not out else
+                       f"calls the frame above ({depth} frame(s) out from where {raised} was raised)")
             out.append(Suspect(file=rel, line=frame.line, function=frame.function, why=why))
             if len(out) >= MAX_FRAMES:
                 break
