@@ -77,7 +77,10 @@ def tree_hash(path: Path) -> str:
         objects.mkdir()
         own_index = Path(repo.git_dir) / "index"
         if own_index.is_file():
-            shutil.copyfile(own_index, index)  # its stat cache: only changed files are read again
+            # its stat cache: only changed files are read again. The copy keeps the index's mtime, which git's
+            # racy-clean check compares with each file's: a file rewritten with the same size within the clock's
+            # tick after the index was written is read again, not taken as unchanged.
+            shutil.copy2(own_index, index)
         # A private index and object directory: the user's repository is only read, never written.
         env = {"GIT_INDEX_FILE": str(index), "GIT_OBJECT_DIRECTORY": str(objects),
                "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(Path(repo.common_dir) / "objects")}
