@@ -74,14 +74,8 @@ def reduce_init(dtype):
 '''
 
 
-def test_a_suspect_function_changed_by_a_recent_commit_is_named_and_an_old_one_is_not(tmp_path: Path):
-    from pt2_bug_basher.analysis.suspects import enclosing_function
-    from pt2_bug_basher.execution.gitstate import recent_change
-    from pt2_bug_basher.steps.localize import recently_changed
-
-    assert enclosing_function(OPS, 8) == (7, 8)  # the nested function, not its parent
-    assert enclosing_function(OPS, 9) == (5, 9)  # from the decorator down
-    assert enclosing_function(OPS, 3) == (3, 3)  # outside every function: the line alone
+def _ops_changed_by_a_commit(tmp_path: Path) -> Path:
+    """A repository whose torch/ops.py was imported, then reduce_init's inner function changed by HEAD."""
     repo = tmp_path / "repo"
     (repo / "torch").mkdir(parents=True)
     git_init(repo)
@@ -90,6 +84,18 @@ def test_a_suspect_function_changed_by_a_recent_commit_is_named_and_an_old_one_i
     git(repo, "commit", "-q", "-m", "import the sources")
     (repo / "torch" / "ops.py").write_text(OPS.replace("return 0", "return -1"))
     git(repo, "commit", "-q", "-am", "Start reductions from -1")
+    return repo
+
+
+def test_a_suspect_function_changed_by_a_recent_commit_is_named_and_an_old_one_is_not(tmp_path: Path):
+    from pt2_bug_basher.analysis.suspects import enclosing_function
+    from pt2_bug_basher.execution.gitstate import recent_change
+    from pt2_bug_basher.steps.localize import recently_changed
+
+    assert enclosing_function(OPS, 8) == (7, 8)  # the nested function, not its parent
+    assert enclosing_function(OPS, 9) == (5, 9)  # from the decorator down
+    assert enclosing_function(OPS, 3) == (3, 3)  # outside every function: the line alone
+    repo = _ops_changed_by_a_commit(tmp_path)
     (repo / "other.py").write_text("z = 1\n")
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "unrelated")
@@ -111,14 +117,7 @@ def test_suspects_a_recent_commit_changed_come_first_and_say_which_commit(tmp_pa
     from pt2_bug_basher.domain.evidence import Suspect
     from pt2_bug_basher.steps.localize import changed_first, recent_changes
 
-    repo = tmp_path / "repo"
-    (repo / "torch").mkdir(parents=True)
-    git_init(repo)
-    (repo / "torch" / "ops.py").write_text(OPS)
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "import the sources")
-    (repo / "torch" / "ops.py").write_text(OPS.replace("return 0", "return -1"))
-    git(repo, "commit", "-q", "-am", "Start reductions from -1")
+    repo = _ops_changed_by_a_commit(tmp_path)
     lowering = Suspect(file="torch/ops.py", line=2, function="helper", why="implements the lowering")
     inner = Suspect(file="torch/ops.py", line=8, function="reduce_init.<locals>.inner", why="called by helper")
     changes = recent_changes(repo, [("torch/ops.py", 2, "helper"), ("torch/ops.py", 8, "reduce_init.<locals>.inner")])
