@@ -90,7 +90,7 @@ def _ops_changed_by_a_commit(tmp_path: Path) -> Path:
 def test_a_suspect_function_changed_by_a_recent_commit_is_named_and_an_old_one_is_not(tmp_path: Path):
     from pt2_bug_basher.analysis.suspects import enclosing_function
     from pt2_bug_basher.execution.gitstate import recent_change
-    from pt2_bug_basher.steps.localize import recently_changed
+    from pt2_bug_basher.steps.localize import change_sentence, recent_changes
 
     assert enclosing_function(OPS, 8) == (7, 8)  # the nested function, not its parent
     assert enclosing_function(OPS, 9) == (5, 9)  # from the decorator down
@@ -107,8 +107,9 @@ def test_a_suspect_function_changed_by_a_recent_commit_is_named_and_an_old_one_i
     ops = repo / "torch" / "ops.py"
     ops.write_text(ops.read_text().replace("x + 1", "x + 2"))
     assert recent_change(repo, "torch/ops.py", 1, 2) is None  # an uncommitted edit is no commit to read
-    [sentence] = recently_changed(repo, [("torch/ops.py", 8, "reduce_init.<locals>.inner"),
-                                         ("torch/ops.py", 2, "helper"), ("torch/gone.py", 1, "gone")])
+    places = [("torch/ops.py", 8, "reduce_init.<locals>.inner"), ("torch/ops.py", 2, "helper"),
+              ("torch/gone.py", 1, "gone")]
+    [sentence] = [change_sentence(c) for c in recent_changes(repo, places)]
     assert sentence.startswith('reduce_init.<locals>.inner (torch/ops.py:7-8) was changed by ')
     assert '"Start reductions from -1"' in sentence and "1 commit(s) before HEAD" in sentence
 

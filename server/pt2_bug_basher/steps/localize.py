@@ -194,11 +194,6 @@ def change_sentence(c: FunctionChange) -> str:
             f"({c.change.date}, {c.when()}, within the last {RECENT_COMMITS}): read that change first.")
 
 
-def recently_changed(repo: Path, places: list[tuple[str, int, str]]) -> list[str]:
-    """A sentence for each suspect function that one of the last commits of HEAD changed."""
-    return [change_sentence(c) for c in recent_changes(repo, places)]
-
-
 def _holds(change: FunctionChange, suspect: Suspect) -> bool:
     return suspect.file == change.file and suspect.line is not None and change.first <= suspect.line <= change.last
 
