@@ -436,16 +436,24 @@ def guide(category: str, layer: str | None = None, repo: Path | None = None) -> 
         return CategoryGuide(category=category, playbook=prompt)
     result = CategoryGuide(
         category=category, layer=layer if layer in LAYERS else None, log_preset=found.logs,
-        minify_level=found.minify.level, config_knobs=list(found.config_knobs),
-        source_files=chosen.source_files, test_files=chosen.test_files, playbook=prompt,
+        minify_level=found.minify.level, config_knobs=list(found.config_knobs), playbook=prompt,
     )
+    return with_files(result, chosen.source_files, chosen.test_files, repo)
+
+
+def with_files(current: CategoryGuide, source_files: list[str], test_files: list[str],
+               repo: Path | None) -> CategoryGuide:
+    """The guide naming these files; with the case's repository, only those present there (the others are
+    named in not_present as upstream's)."""
+    update: dict[str, list[str]] = {"source_files": list(source_files), "test_files": list(test_files),
+                                    "not_present": []}
     if repo is not None:
-        for kind, files in (("source", chosen.source_files), ("test", chosen.test_files)):
+        for kind, files in (("source", source_files), ("test", test_files)):
             choice = present_in(repo, files)
-            setattr(result, f"{kind}_files", choice.present)
+            update[f"{kind}_files"] = choice.present
             if choice.upstream:
-                result.not_present.append(f"{choice.upstream} (upstream PyTorch; not present in {repo})")
-    return result
+                update["not_present"].append(f"{choice.upstream} (upstream PyTorch; not present in {repo})")
+    return current.model_copy(update=update)
 
 
 def diagnostic_call(category: str, case_id: str | None, script: str | None) -> str:

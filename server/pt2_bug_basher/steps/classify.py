@@ -27,7 +27,7 @@ from pt2_bug_basher.playbooks import (
     focus,
     guide,
     layer_of,
-    present_in,
+    with_files,
 )
 from pt2_bug_basher.reduce.ladder import PROBES
 
@@ -231,15 +231,8 @@ def _rule_note(result: Classification, text: str = "") -> str:
 
 def _by_design_guide(current: CategoryGuide, found: ByDesign, repo: Path | None) -> CategoryGuide:
     """The guide of a refusal by design: the files that implement it, and none of the compiler's debugging knobs."""
-    update: dict = {"source_files": found.source_files, "test_files": found.test_files, "config_knobs": [],
-                    "minify_level": None, "not_present": []}
-    if repo is not None:
-        for kind, files in (("source", found.source_files), ("test", found.test_files)):
-            choice = present_in(repo, files)
-            update[f"{kind}_files"] = choice.present
-            if choice.upstream:
-                update["not_present"].append(f"{choice.upstream} (upstream PyTorch; not present in {repo})")
-    return current.model_copy(update=update)
+    knobless = current.model_copy(update={"config_knobs": [], "minify_level": None})
+    return with_files(knobless, found.source_files, found.test_files, repo)
 
 
 def _layer_named(result: Classification) -> str | None:
