@@ -23,7 +23,7 @@ How it decides
 5. When the fallback does not answer either, and the text is not the output of a run that passed,
    ``learned`` guesses from the words of the labelled corpus, with a lower confidence still: for text
    without an exception line, or with an exception no rule knows that torch's own code raised or that
-   stands alone (a pasted line); one raised in the user's code stays ``unknown``.
+   stands alone (a pasted line) naming torch's machinery; one raised in the user's code stays ``unknown``.
 """
 
 from __future__ import annotations
