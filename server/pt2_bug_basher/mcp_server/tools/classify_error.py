@@ -31,10 +31,10 @@ def register(mcp: MCPServer, state: AppState) -> None:
         evidence lines, the compile mode and phase when visible, and from the method: the next
         diagnostic as an exact tool call, the config knobs, the key source files and the test files.
         Pure text analysis: nothing runs. Text that no rule places (no exception line, printed results,
-        or an exception no rule knows that torch's own code raised, or pasted alone naming torch's
-        machinery) gets a guess (rules fallback:..., confidence at most 0.25; the last resort, learned
-        from labelled public error text, fallback:learned at most 0.2), and the next step says it is one.
-        A lone exception line is reproduced first: the compile-off run tells whose code raised it.
+        or an exception no rule knows that torch's own code raised) gets a guess (rules fallback:...,
+        confidence at most 0.25; the last resort, learned from labelled public error text,
+        fallback:learned at most 0.2), and the next step says it is one. A lone exception line is not
+        guessed at: it is reproduced first, since the compile-off run tells whose code raised it.
         similar_reports names labelled public reports whose text reads most like this one (possibly the
         same bug). A pasted traceback whose torch is installed in an
         environment on this machine gets that interpreter in its check_env call. With case_id,
