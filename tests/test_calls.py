@@ -300,3 +300,15 @@ async def test_classify_error_says_when_a_category_rests_only_on_where_a_traceba
     said = data["next_step"]
     assert said.startswith("The category rests only on where the traceback stops (frames:dynamo_trace"), said
     assert "for a graph break and for a Dynamo internal error alike" in said and problems(said, schemas) == []
+
+
+@pytest.mark.anyio
+async def test_a_pasted_tracebacks_suspect_lines_are_said_to_be_its_torchs(server):
+    site = "/elsewhere/lib/python3.10/site-packages/torch/_inductor/lowering.py"
+    cut = (f'  File "{site}", line 412, in wrapped\n    out = decomp_fn(*args, **kwargs)\n'
+           f'  File "{site}", line 6120, in pow_recursive\n')
+    async with Client(server) as client:
+        data = (await client.call_tool("classify_error", {"text": cut})).structured_content
+    [top, *_] = data["suspects"]
+    assert (top["function"], top["line"]) == ("pow_recursive", 6120), top
+    assert top["why"].endswith("line 6120 of the pasted traceback's torch, which may differ from this checkout's"), top

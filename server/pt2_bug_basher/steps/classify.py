@@ -124,6 +124,10 @@ async def classify_error(
                 out.phase = None
         else:
             out.diagnostic = _reproducing_diagnostic(result.category, script)
+            if python is None:  # the traceback's torch is not on this machine: its line numbers are its own
+                out.suspects = [s.model_copy(update={"why": f"{s.why}; line {s.line} of the pasted traceback's "
+                                                            "torch, which may differ from this checkout's"})
+                                for s in out.suspects]
         if lone_guess:
             out.next_step = LONE_LINE_NOTE + _opening(python) + f", then reproduce: {out.diagnostic}"
         elif result.category == "unknown":
