@@ -266,3 +266,72 @@ def test_the_tail_ends_at_the_traceback_not_at_log_records_printed_after_it():
     assert tail[-1] == "torch._dynamo.exc.InternalTorchDynamoError: KeyError: 'reverse'" and stats not in tail
     # a log with no plain traceback keeps its last records: they are what there is
     assert tail_lines("\n".join([stats] * 3))[-1] == stats
+
+
+# --------------------------------------------------------------------------------------------
+# The compile-off run: exit status first, a different failure decides nothing, whose code raised the same one
+
+# script, the compile-off reading, whose fault, compiler at fault, category (None: any but user_error), a phrase
+# of the compile-off evidence line
+OFF_CASES = [
+    pytest.param("compile_off_prints_tensors.py", "passes", "compiler", True, "accuracy",
+                 "passes: the failure needs torch.compile", id="prints_tensors_exit_0"),
+    pytest.param("compile_off_prints_value.py", "passes", None, None, "graph_break", "passes, as it must",
+                 id="prints_value_exit_0"),
+    pytest.param("compiled_only_attribute.py", "needs_compilation", None, None, None,
+                 "an attribute only a compiled object has (_orig_mod)", id="compiled_only_attribute"),
+    pytest.param("torch_assert_backend.py", "passes", "compiler", True, "runtime_crash",
+                 "passes: the failure needs torch.compile", id="torch_assert_in_graph"),
+    pytest.param("runtime_backend_raises.py", "passes", "own_backend", False, "user_error",
+                 "a function of the script that only the compiled code calls", id="backend_callable_raises"),
+    pytest.param("user_error_own_code.py", "same_failure", "program", False, "user_error",
+                 "raised in the program's own code", id="user_error_own_code"),
+    pytest.param("raised_inside_torch.py", "same_failure", "pytorch_outside_compiler", False, None,
+                 "raised inside torch", id="raised_inside_torch"),
+]
+
+
+@pytest.mark.parametrize("name,reading,fault,at_fault,category,says", OFF_CASES)
+def test_the_compile_off_run_decides_only_what_it_can(module_config, schemas, name, reading, fault, at_fault,
+                                                      category, says):
+    script = SCRIPTS / name
+    case_id, data = _reproduced(module_config, script)
+    verdict, off = data["verdict"], data["compile_off"]
+    assert data["reproduced"], data["runs"]
+    assert verdict["compile_off"] == reading and verdict["fault"] == fault, verdict
+    assert verdict["compiler_at_fault"] is at_fault, verdict
+    if category is None:
+        assert verdict["category"] not in (None, "user_error"), verdict
+    else:
+        assert verdict["category"] == category, verdict
+    off_line = next(line for line in verdict["evidence"] if line.startswith(f"run {off['run_id']} "))
+    assert says in off_line, verdict["evidence"]
+    # exit 0 is a pass whatever the run printed, and the record of the run says so too
+    assert off["failed"] is (off["exit_code"] != 0)
+    assert Store(module_config.state_dir).get_run(off["run_id"]).result["failed"] is off["failed"]
+    flow = Workflow(Store(module_config.state_dir), case_id, lambda: "tree")
+    calls = _assert_calls_accepted(data["next_step"], schemas)
+    if verdict["category"] == "user_error":
+        assert flow.status().stopped and [c.tool for c in calls] == ["run_with_logs", "waive_step"]
+    else:
+        assert flow.status().stopped is None and "reproduce" in data["recorded"]
+        flow.require(ToolName(calls[0].tool))
+
+
+def test_a_backend_callable_that_raises_is_the_backends_bug(module_config):
+    """The same answer as for a backend that raises while compiling: the script's own backend, named."""
+    script = SCRIPTS / "runtime_backend_raises.py"
+    case_id, data = _reproduced(module_config, script)
+    verdict = data["verdict"]
+    assert verdict["own_backend"].startswith(f"run ({script}:"), verdict
+    assert data["failure"]["compiled_callable"] == verdict["own_backend"]
+    assert "own backend run" in verdict["advice"] and "not of PyTorch's compiler" in verdict["advice"]
+    with pytest.raises(GateClosed, match="own backend run"):
+        Workflow(Store(module_config.state_dir), case_id, lambda: "tree").require(ToolName.localize)
+
+
+def test_the_same_failure_names_the_frame_that_raised_it(module_config):
+    for name, where in (("user_error_own_code.py", "user_error_own_code.py:10 in scale_for"),
+                        ("raised_inside_torch.py", "torch/utils/_pytree.py:")):
+        _, data = _reproduced(module_config, SCRIPTS / name)
+        assert any(where in line for line in data["verdict"]["evidence"]), data["verdict"]["evidence"]

@@ -44,8 +44,10 @@ from .failure import (
     LineIndex,
     ParsedFailure,
     _match_frame,
+    compiled_callable_frame,
     last_line,
     parse,
+    raised_in,
     record_from_parsed,
     strip_prefix,
 )
@@ -578,6 +580,10 @@ def _structural(p: ParsedFailure, hits: list[_Hit], text: str = "") -> dict:
             # a bare assert in user code right after comparing outputs: weak alone (the compile-off run decides)
             cat, weight, rule = "accuracy", 1.5, "exception:user_assert_compare"
         deciding = -1
+        if cat is None and compiled_callable_frame(p) is not None:
+            # raised in a function of the script that the compiled code called (what the script's backend
+            # returned): the compiled code's run, not Dynamo's, whose frames are only its callers
+            cat, weight, rule = "runtime_crash", 4.0, "frames:compiled_callable"
         if cat is None:
             # a generic exception (or one we do not know): the frames say where it was raised
             known = final_short in _GENERIC_TYPES or final_short.endswith(("Error", "Exception"))
@@ -951,6 +957,10 @@ def classify(text: str, exit_code: int | None = None, signal_name: str | None = 
         # the final exception decides unless line evidence is much stronger
         if final_cat and final_cat != category and scores[final_cat] * 1.5 >= scores[category]:
             category = final_cat
+        if category == "accuracy" and (raised_in(parsed) or ("", None))[0] == "compiled_code":
+            # the exception came from compiled or generated code (an FX graph's torch._assert, Inductor's
+            # output code), not from the program comparing results
+            category = next((c for c in ranked if c != "accuracy"), "runtime_crash")
         if facts["wrapped_triton"] or (category == "backend_compiler_failed" and scores["triton"] >= 4.0
                                        and final_cat in (None, "triton")):
             category = "triton"

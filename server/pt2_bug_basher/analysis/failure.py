@@ -27,6 +27,7 @@ import bisect
 import hashlib
 import re
 from dataclasses import dataclass, field
+from typing import Literal
 
 from pydantic import BaseModel
 
@@ -949,3 +950,65 @@ def triton_outside_torch(p: ParsedFailure) -> bool:
     frames = p.all_frames()
     return bool(frames) and not any(f.in_torch for f in frames) \
         and any("/triton/" in f.file.replace("\\", "/") for f in frames)
+
+
+# --------------------------------------------------------------------------------------------
+# Where the final exception was raised
+
+RaisedIn = Literal["program", "torch", "compiled_code"]
+# torch's public layer, which hands the program's arguments on to an op, checks them or compares them
+# (torch.testing): an error raised there is about what the program passed, so the frame that called it decides
+_TORCH_API_LAYER = ("torch/nn/modules/", "torch/nn/functional.py", "torch/functional.py", "torch/_tensor.py",
+                    "torch/__init__.py", "torch/overrides.py", "torch/_jit_internal.py", "torch/testing/")
+
+
+def _final_frames(p: ParsedFailure) -> list[Frame]:
+    block = next((b for b in reversed(p.blocks) if b.exc is not None), None)
+    return block.frames if block is not None else []
+
+
+def _generated(frame: Frame) -> bool:
+    path = frame.file.replace("\\", "/")
+    return frame.in_generated_code() or path.startswith("<eval_with_key>") or (
+        path.endswith("torch/fx/graph_module.py") and frame.function in ("call_wrapped", "__call__"))
+
+
+def raised_in(p: ParsedFailure) -> tuple[RaisedIn, Frame] | None:
+    """Whose code raised the final exception, and the frame that decides: code torch generated or compiled
+    (an FX graph's forward, Inductor's output code), torch's own code (past its public layer), or the program
+    (the script, its libraries, or a call into torch's public layer with what the script passed)."""
+    frames = _final_frames(p)
+    for frame in reversed(frames):
+        if _generated(frame):
+            return "compiled_code", frame
+        path = frame.file.replace("\\", "/")
+        if frame.in_torch and not any(part in path for part in _TORCH_API_LAYER):
+            return "torch", frame
+        if not frame.in_torch:
+            return "program", frame
+    return ("torch", frames[-1]) if frames else None
+
+
+# torch frames that run what a backend compiled: Dynamo's wrapper of the compiled function, AOTAutograd's runtime
+# wrappers, an FX graph's forward
+_RUNS_COMPILED = (("torch/_dynamo/eval_frame.py", ("_fn",)),
+                  ("torch/_functorch/_aot_autograd/runtime_wrappers.py", ()))
+
+
+def compiled_callable_frame(p: ParsedFailure) -> Frame | None:
+    """The script's function that raised the final exception when torch.compile's runtime called it, not the
+    script: a callable the script's backend returned (or a function Dynamo left out of the graph, which runs
+    the same without compilation). The frame torch called, outermost of the script's frames at the end."""
+    frames = _final_frames(p)
+    i = len(frames)
+    while i > 0 and _script_code(frames[i - 1]):
+        i -= 1
+    if i == len(frames) or i == 0:
+        return None
+    return frames[i] if _runs_compiled(frames[i - 1]) else None
+
+
+def _runs_compiled(frame: Frame) -> bool:
+    path = frame.file.replace("\\", "/")
+    return _generated(frame) or any(where in path and (not funcs or frame.function in funcs)
+                                    for where, funcs in _RUNS_COMPILED)

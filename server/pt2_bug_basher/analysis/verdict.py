@@ -7,9 +7,11 @@ the only I/O is reading the run's own logs.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field
+
+from pt2_bug_basher.analysis.failure import RaisedIn
 
 if TYPE_CHECKING:
     from pt2_bug_basher.analysis.torch_logs import LogSummary
@@ -20,6 +22,8 @@ TAIL_LINES = 15
 TAIL_LINE_CHARS = 300
 # Categories a script can show while exiting 0: what the logs or its own output report.
 SOFT_FAILURES = ("graph_break", "accuracy", "recompile")
+# The environment of the differential run: torch.compile returns what it is given, and nothing is compiled.
+COMPILE_OFF_ENV = {"TORCHDYNAMO_DISABLE": "1"}
 
 _NOISE_PREFIXES = (
     "Set TORCHDYNAMO_VERBOSE=1",
@@ -59,6 +63,11 @@ class FailureSummary(BaseModel):
     evidence: list[str] = Field(default_factory=list, description="the lines that decided the category")
     own_backend: str | None = Field(None, description=(
         "the script's own backend raised the failure: `function (file:line)`; torch.compile only called it"))
+    raised_in: RaisedIn | None = Field(None, description=(
+        "whose code raised the final exception: the program's, torch's own, or code torch compiled or generated"))
+    compiled_callable: str | None = Field(None, description=(
+        "raised in a function of the script that torch.compile's compiled code called (a callable the script's "
+        "backend returned): `function (file:line)`"))
 
 
 def is_noise_line(line: str) -> bool:
@@ -138,11 +147,12 @@ class RunVerdict:
 
     def __init__(self, result: RunResult) -> None:
         from pt2_bug_basher.analysis.classify import classify, guessed
-        from pt2_bug_basher.analysis.failure import own_backend_frame, parse
+        from pt2_bug_basher.analysis.failure import compiled_callable_frame, own_backend_frame, parse, raised_in
         from pt2_bug_basher.analysis.torch_logs import parse_logs
 
         outcome = result.outcome
         self.result = result
+        self.compile_off = all(result.env_add.get(k) == v for k, v in COMPILE_OFF_ENV.items())
         self.stderr = result.stderr_text(PARSE_BYTES)
         stdout = result.stdout_text(PARSE_BYTES)
         self.logs = parse_logs(self.stderr + "\n" + stdout)
@@ -152,9 +162,14 @@ class RunVerdict:
         failure = self.classification.failure
         self.signature: str | None = failure.signature if failure is not None else None
         self.failed = crashed
-        backend = own_backend_frame(parse(text)) if crashed else None
-        self.own_backend = f"{backend.function} ({backend.file}:{backend.line})" if backend else None
-        if not crashed:
+        parsed = parse(text) if crashed else None
+        backend = own_backend_frame(parsed) if parsed else None
+        self.own_backend = _where(backend)
+        self.compiled_callable = _where(compiled_callable_frame(parsed)) if parsed and not backend else None
+        raised = raised_in(parsed) if parsed else None
+        self.raised_in: RaisedIn | None = raised[0] if raised else None
+        self.raised_at = f"{raised[1].file}:{raised[1].line} in {raised[1].function}" if raised else None
+        if not crashed and not self.compile_off:  # with compilation off, the exit status alone decides
             if self.logs.recompile_limit_hit:
                 self.failed = True
                 self.signature = recompile_signature(self.logs)
@@ -191,8 +206,12 @@ class RunVerdict:
             exception_type=f.exception_type if f else None, message=(f.message or "")[:500] if f else None,
             user_frame=frame(f.user_frame) if f else None, torch_frame=frame(f.torch_frame) if f else None,
             signature=self.signature, evidence=[f"{e.line_no}: {e.text}" for e in c.evidence[:6]],
-            own_backend=self.own_backend,
+            own_backend=self.own_backend, raised_in=self.raised_in, compiled_callable=self.compiled_callable,
         )
+
+
+def _where(frame) -> str | None:
+    return f"{frame.function} ({frame.file}:{frame.line})" if frame is not None else None
 
 
 # --------------------------------------------------------------------------------------------
@@ -206,10 +225,18 @@ _EXPORT_RE = re.compile(r"\btorch\.export\b|\bfrom torch import export\b|\btorch
                         r"|\bexport\(|\btorch\._dynamo\.export\b")
 _COMPILER_EXCEPTIONS = ("torch._dynamo", "torch._inductor", "BackendCompilerFailed", "InductorError",
                         "TorchRuntimeError", "Unsupported", "torch._subclasses", "torch.fx")
+# Exceptions in which the compiler reports an error of the op it ran (on fake tensors): the type it names
+# (`got RuntimeError(...)`) is the one the program raises without compilation.
+_COMPILER_WRAPPERS = ("TorchRuntimeError", "BackendCompilerFailed", "InternalTorchDynamoError", "InductorError")
 
 
 # Failures only compilation can show: the compile-off run always passes, so it decides nothing about fault.
 COMPILE_ONLY_CATEGORIES = {"recompile": "recompiles", "graph_break": "breaks a graph"}
+
+# How the run with compilation off (TORCHDYNAMO_DISABLE=1) ended, read against the compiled runs' failure.
+OffReading = Literal["passes", "same_failure", "needs_compilation", "other_failure", "no_exception"]
+# Whose bug the runs show: None when they do not decide it.
+Fault = Literal["compiler", "program", "own_backend", "pytorch_outside_compiler"]
 
 
 class Verdict(BaseModel):
@@ -219,8 +246,18 @@ class Verdict(BaseModel):
     confidence: float | None = None
     reproduced: bool = False
     compiler_at_fault: bool | None = Field(None, description=(
-        "True: passes with compilation off; False: fails without torch.compile too; None: not decided (a "
-        "recompile or graph break, which compilation off can never show, stays None)"))
+        "True: passes with compilation off; False: fails without torch.compile too, or in the script's own "
+        "backend; None: not decided (a recompile or graph break, which compilation off can never show, or a "
+        "compile-off run that fails another way)"))
+    fault: Fault | None = Field(None, description=(
+        "whose bug: the compiler's, the program's own (user_error), the script's own backend (user_error), or "
+        "PyTorch's outside the compiler (the same failure raised inside torch without compilation); None: not "
+        "decided"))
+    compile_off: OffReading | None = Field(None, description=(
+        "how the run with compilation off ended: passes (exit 0, whatever it printed), the same failure, another "
+        "one because the script uses what only compilation provides, another failure, or no Python exception"))
+    own_backend: str | None = Field(None, description="the script's own backend (or the callable it returned) "
+                                                      "that raised: `function (file:line)`")
     evidence: list[str] = Field(default_factory=list, description="what decided it: run ids and the lines")
     playbook: str | None = Field(None, description="the playbook whose source and test files apply (localize's "
                                                    "layer wins over the category)")
@@ -232,18 +269,114 @@ def uses_export(*texts: str) -> bool:
     return any(_EXPORT_RE.search(text) for text in texts if text)
 
 
-def _same_way(compiled: FailureSummary, off: RunVerdict) -> tuple[bool, str]:
-    """Whether the compile-off run failed as the compiled runs did, and how closely."""
-    if not off.failed or off.result.outcome.timed_out or off.result.outcome.signal_name:
-        return False, ""
+def _short(exception_type: str | None) -> str:
+    return (exception_type or "").rsplit(".", 1)[-1]
+
+
+def _message_head(message: str | None) -> str:
+    from pt2_bug_basher.analysis.failure import normalise_message, normalise_numbers
+
+    first = next((line for line in (message or "").splitlines() if line.strip()), "")
+    return normalise_numbers(normalise_message(first))
+
+
+def _same_failure(compiled: FailureSummary, off: RunVerdict) -> bool:
+    """The compile-off run raised what the compiled runs raised: the same signature; the same exception type
+    with the same message or from the same line of the program; or the exception the compiler's wrapper names
+    (Dynamo ran the op on fake tensors and it failed there as it does for real)."""
     if off.signature == compiled.signature:
-        return True, "the same signature"
-    off_failure = off.classification.failure
-    off_type = (off_failure.exception_type or "") if off_failure else ""
-    short = off_type.rsplit(".", 1)[-1]
-    if short and (short == (compiled.exception_type or "").rsplit(".", 1)[-1] or short in (compiled.message or "")):
-        return True, f"the same exception ({short})"
-    return True, f"another failure ({off.signature})"
+        return True
+    failure = off.classification.failure
+    off_type, compiled_type = _short(failure.exception_type if failure else None), _short(compiled.exception_type)
+    if not off_type:
+        return False
+    if off_type == compiled_type:
+        off_frame = failure.user_frame if failure else None
+        same_line = off_frame is not None and compiled.user_frame == f"{off_frame.file}:{off_frame.line} in " \
+                                                                     f"{off_frame.function}"
+        return same_line or _message_head(failure.message if failure else None) == _message_head(compiled.message)
+    return compiled_type in _COMPILER_WRAPPERS and re.search(rf"\b{re.escape(off_type)}\b", compiled.message or "")\
+        is not None
+
+
+# What only compiled objects and torch.compile's own APIs have: the compile-off run that fails on one of these
+# fails because compilation is off, which says nothing about the compiled runs' failure.
+_NEEDS_COMPILATION: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"has no attribute '(_orig_mod|_torchdynamo_orig_callable|_compiled_call_impl|get_compiler_config"
+                r"|dynamo_ctx)'"), "an attribute only a compiled object has ({0})"),
+    (re.compile(r"torch\._dynamo\.exc\.\w+|torch\._dynamo is disabled|TORCHDYNAMO_DISABLE"),
+     "torch._dynamo, which needs compilation ({0})"),
+)
+
+
+def needs_compilation(off: RunVerdict) -> str | None:
+    """Why the compile-off run failed for want of compilation, if its exception says so."""
+    failure = off.classification.failure
+    if failure is None:
+        return None
+    said = f"{failure.exception_type}: {failure.message or ''}"
+    for pattern, why in _NEEDS_COMPILATION:
+        if (m := pattern.search(said)) is not None:
+            return why.format(m.group(m.lastindex or 0))
+    return None
+
+
+def read_compile_off(compiled: FailureSummary, off: RunVerdict) -> OffReading:
+    """The exit status first: exit 0 is a pass, whatever the run printed."""
+    outcome = off.result.outcome
+    if outcome.exit_code == 0 and not outcome.timed_out:
+        return "passes"
+    failure = off.classification.failure
+    if outcome.timed_out or outcome.signal_name or failure is None or not failure.exception_type:
+        return "no_exception"
+    if _same_failure(compiled, off):
+        return "same_failure"
+    return "needs_compilation" if needs_compilation(off) else "other_failure"
+
+
+# What the compile-off run's reading means, by a condition on the runs (see _condition):
+# (reading, condition) -> (fault, the evidence line's text after "run <id> (TORCHDYNAMO_DISABLE=1) ")
+Condition = Literal["program", "torch", "compile_only", "compiled_callable", "any"]
+OFF_RULES: dict[tuple[OffReading, Condition], tuple[Fault | None, str]] = {
+    ("same_failure", "program"): (
+        "program", "fails with the same failure, raised in the program's own code ({raised_at}): " + USER_ERROR_ADVICE),
+    ("same_failure", "torch"): (
+        "pytorch_outside_compiler",
+        "fails with the same failure, raised inside torch ({raised_at}) without compilation: not the compiler's "
+        "bug; PyTorch's outside the compiler, unless torch refuses what the program passes it (check the call)"),
+    ("same_failure", "any"): ("program", "fails with the same failure: " + USER_ERROR_ADVICE),
+    ("needs_compilation", "any"): (
+        None, "fails another way ({signature}) because the script uses {why} and compilation is off: it cannot "
+              "judge the compiled runs' failure (compiler at fault: not decided; the compiled runs' evidence "
+              "decides)"),
+    ("other_failure", "any"): (
+        None, "fails another way ({signature}): without compilation the program goes elsewhere, so it cannot "
+              "judge the compiled runs' failure (compiler at fault: not decided; the compiled runs' evidence "
+              "decides)"),
+    ("no_exception", "any"): (
+        None, "also failed ({signature}); a crash without a Python exception does not settle whose bug it is"),
+    ("passes", "compile_only"): (
+        None, "passes, as it must: without compilation nothing {compile_only}, so it cannot tell a compiler bug "
+              "from the compiler doing what the code asks (compiler at fault: not decided; the logged reasons "
+              "decide)"),
+    ("passes", "compiled_callable"): (
+        "own_backend", "passes: the failure was raised in {callable}, a function of the script that only the "
+                       "compiled code calls (what its backend returned): a bug of that backend, not of "
+                       "PyTorch's compiler"),
+    ("passes", "any"): ("compiler", "passes: the failure needs torch.compile"),
+}
+FAULT_AT_COMPILER: dict[Fault | None, bool | None] = {
+    "compiler": True, "program": False, "own_backend": False, "pytorch_outside_compiler": False, None: None}
+
+
+def _condition(reading: OffReading, failure: FailureSummary, off: RunVerdict) -> Condition:
+    if reading == "same_failure" and off.raised_in in ("program", "torch"):
+        return "program" if off.raised_in == "program" else "torch"
+    if reading == "passes" and failure.category in COMPILE_ONLY_CATEGORIES:
+        return "compile_only"
+    if reading == "passes" and failure.compiled_callable:
+        return "compiled_callable"
+    return "any"
 
 
 def decide(
@@ -277,42 +410,19 @@ def decide(
                                         f"in the logs ({b.reason[:120]} at {b.location})")
         for line in dynamo_warnings(logged[0].stderr)[:2]:
             verdict.evidence.append(f"run {logged[0].result.run_id}: {_LOG_PREFIX.sub('', line)}")
+    if compile_off is not None and not export_used:
+        verdict.compile_off = read_compile_off(failure, compile_off)
     if failure.own_backend:
         # torch.compile only handed the graph over: the compile-off run passes because the backend never runs
         verdict.category, verdict.compiler_at_fault, verdict.confidence = USER_ERROR, False, 0.9
+        verdict.fault, verdict.own_backend = "own_backend", failure.own_backend
         verdict.advice = OWN_BACKEND_ADVICE.format(backend=failure.own_backend)
         verdict.evidence.append(f"runs {runs}: {verdict.advice}")
     elif export_used:
         verdict.evidence.append("torch.export in the script or traceback: the compile-off run cannot tell "
                                 "(TORCHDYNAMO_DISABLE does not turn export off)")
-    elif compile_off is not None:
-        off_id = compile_off.result.run_id
-        same, how = _same_way(failure, compile_off)
-        if same and failure.exception_type:
-            verdict.category, verdict.compiler_at_fault = USER_ERROR, False
-            verdict.confidence = 0.95 if how.startswith("the same") else 0.7
-            verdict.advice = USER_ERROR_ADVICE
-            verdict.evidence.append(f"run {off_id} (TORCHDYNAMO_DISABLE=1) fails with {how}: {USER_ERROR_ADVICE}")
-        elif compile_off.failed:
-            verdict.evidence.append(f"run {off_id} (TORCHDYNAMO_DISABLE=1) also failed ({compile_off.signature}); "
-                                    "a crash without a Python exception does not settle whose bug it is")
-            agree.append(False)
-        elif compile_off.result.outcome.exit_code == 0 and failure.category in COMPILE_ONLY_CATEGORIES:
-            verdict.evidence.append(
-                f"run {off_id} (TORCHDYNAMO_DISABLE=1) passes, as it must: without compilation nothing "
-                f"{COMPILE_ONLY_CATEGORIES[failure.category]}, so it cannot tell a compiler bug from the compiler "
-                "doing what the code asks (compiler at fault: not decided; the logged reasons decide)")
-        elif compile_off.result.outcome.exit_code == 0:
-            verdict.compiler_at_fault = True
-            verdict.evidence.append(f"run {off_id} (TORCHDYNAMO_DISABLE=1) passes: the failure needs torch.compile")
-            agree.append(True)
-            exc = failure.exception_type or ""
-            mismatch = exc.endswith("AssertionError") or failure.category == "accuracy"
-            if mismatch and not any(name in exc for name in _COMPILER_EXCEPTIONS):
-                verdict.category = "accuracy"
-                verdict.confidence = max(verdict.confidence or 0, 0.9)
-                verdict.evidence.append(f"run {off_id}: the assertion holds without compilation, so the compiled "
-                                        "result differs from eager: accuracy")
+    elif compile_off is not None and verdict.compile_off is not None:
+        _judge_compile_off(verdict, failure, compile_off, agree)
     if layer:
         from pt2_bug_basher.playbooks import focus
 
@@ -326,3 +436,36 @@ def decide(
         verdict.confidence = round(min(0.99, max(0.05, verdict.confidence + shift)), 2)
     verdict.evidence = list(dict.fromkeys(verdict.evidence))
     return verdict
+
+
+def _judge_compile_off(verdict: Verdict, failure: FailureSummary, off: RunVerdict, agree: list[bool]) -> None:
+    """Apply OFF_RULES' row for the compile-off run's reading."""
+    assert verdict.compile_off is not None
+    reading = verdict.compile_off
+    condition = _condition(reading, failure, off)
+    fault, says = OFF_RULES.get((reading, condition)) or OFF_RULES[(reading, "any")]
+    verdict.fault, verdict.compiler_at_fault = fault, FAULT_AT_COMPILER[fault]
+    line = says.format(raised_at=off.raised_at, signature=off.signature, why=needs_compilation(off),
+                       compile_only=COMPILE_ONLY_CATEGORIES.get(failure.category),
+                       callable=failure.compiled_callable)
+    verdict.evidence.append(f"run {off.result.run_id} (TORCHDYNAMO_DISABLE=1) {line}")
+    if fault == "program":
+        verdict.category, verdict.advice = USER_ERROR, USER_ERROR_ADVICE
+        verdict.confidence = 0.95 if off.signature == failure.signature else 0.85
+    elif fault == "own_backend":
+        verdict.category, verdict.confidence, verdict.own_backend = USER_ERROR, 0.9, failure.compiled_callable
+        verdict.advice = OWN_BACKEND_ADVICE.format(backend=failure.compiled_callable)
+    elif reading == "no_exception":
+        agree.append(False)
+    elif fault == "compiler":
+        agree.append(True)
+        exc = failure.exception_type or ""
+        mismatch = exc.endswith("AssertionError") or failure.category == "accuracy"
+        # a mismatch is the program's comparison failing: an exception raised inside compiled or generated code
+        # (an FX graph's torch._assert, Inductor's output code) is the compiled code's failure, never accuracy
+        in_program = failure.raised_in in ("program", None)
+        if mismatch and in_program and not any(name in exc for name in _COMPILER_EXCEPTIONS):
+            verdict.category = "accuracy"
+            verdict.confidence = max(verdict.confidence or 0, 0.9)
+            verdict.evidence.append(f"run {off.result.run_id}: the assertion holds without compilation, so the "
+                                    "compiled result differs from eager: accuracy")

@@ -12,7 +12,14 @@ from pydantic import BaseModel, Field
 from pt2_bug_basher.analysis.guards import DynamoDecisions, has_guard_trees, logs_recompiles, summarise_guards
 from pt2_bug_basher.analysis.suspects import exception_suspects
 from pt2_bug_basher.analysis.torch_logs import LoggedKernel, logged_kernels
-from pt2_bug_basher.analysis.verdict import FailureSummary, RunOutcome, RunVerdict, Verdict, tail_lines
+from pt2_bug_basher.analysis.verdict import (
+    COMPILE_OFF_ENV,
+    FailureSummary,
+    RunOutcome,
+    RunVerdict,
+    Verdict,
+    tail_lines,
+)
 from pt2_bug_basher.case.store import CaseRecord, Store
 from pt2_bug_basher.domain.digest import file_digest
 from pt2_bug_basher.domain.errors import InvalidInput
@@ -25,7 +32,6 @@ from pt2_bug_basher.execution.warm import WarmRequest
 WITH_CONFIG = Path(__file__).resolve().parents[1] / "_probes" / "with_config.py"
 MAX_REPEAT = 8
 MAX_ARGS = 200
-COMPILE_OFF_ENV = {"TORCHDYNAMO_DISABLE": "1"}
 SILENT_LOGS = "graph_breaks,recompiles"
 
 

@@ -119,7 +119,7 @@ def record(store: Store, case: CaseRecord, script: Path, args: list[str], result
     if result.reproduced and result.failure is not None and verdict is not None and verdict.category == USER_ERROR:
         f = result.failure
         off = result.compile_off.run_id if result.compile_off else None
-        if f.own_backend:
+        if verdict.own_backend:
             summary = f"{script.name}: {verdict.advice}: {f.signature or f.category}"
         else:
             summary = (f"{script.name} {USER_ERROR_ADVICE} (run {off} with TORCHDYNAMO_DISABLE=1): "
@@ -128,7 +128,7 @@ def record(store: Store, case: CaseRecord, script: Path, args: list[str], result
                            data=ReproduceEvidence(
                                script=str(script), script_origin=source, args=args, signature=f.signature,
                                category=USER_ERROR, exception_type=f.exception_type, message=f.message,
-                               run_ids=[*run_ids, *([off] if off else [])], repeat=n, own_backend=f.own_backend))
+                               run_ids=[*run_ids, *([off] if off else [])], repeat=n, own_backend=verdict.own_backend))
         return
     if result.reproduced and result.failure is not None:
         f = result.failure
