@@ -1145,3 +1145,42 @@ def test_a_source_line_a_traceback_shows_is_no_evidence_beside_the_exception_lin
     # alone (a traceback cut above its exception line), the source line still counts
     cut = classify(text.rsplit("torch._dynamo.exc", 1)[0])
     assert cut.category == "dynamo_internal" and "raise InternalTorchDynamoError(" in cut.evidence[0].text, cut
+
+
+_SITE = "/home/u/venv/lib/python3.11/site-packages"
+_EVAL_FRAME = f"{_SITE}/torch/_dynamo/eval_frame.py"
+
+
+def test_an_assertion_raised_in_a_compiled_graph_is_never_accuracy():
+    """A backend put torch._assert(False, ...) in the graph: the AssertionError comes from its generated
+    forward, not from the script comparing results, even where the script printed both results first."""
+    text = ("eager: tensor([1.5403, 1.5403])\ncompiled: tensor([0.5403, 0.5403])\n"
+            "Mismatched elements: 2 / 2 (100.0%)\nGreatest absolute difference: 1.0 at index (0,)\n"
+            "Traceback (most recent call last):\n"
+            '  File "/home/u/repro.py", line 24, in <module>\n    out = torch.compile(wave, backend=forbid)(x)\n'
+            f'  File "{_EVAL_FRAME}", line 1166, in compile_wrapper\n    result = fn(*args, **kwargs)\n'
+            '  File "/home/u/repro.py", line 19, in wave\n    def wave(x):\n'
+            f'  File "{_EVAL_FRAME}", line 1446, in _fn\n    return fn(*args, **kwargs)\n'
+            '  File "<eval_with_key>.1", line 6, in forward\n'
+            f'  File "{_SITE}/torch/__init__.py", line 2279, in _assert\n    raise AssertionError(message)\n'
+            "AssertionError: compiled differs from eager\n")
+    result = classify(text, exit_code=1)
+    assert result.category == "runtime_crash", result
+    # the same lines from the script's own assert are accuracy
+    own = text.replace('  File "<eval_with_key>.1", line 6, in forward\n', "").replace(
+        f'  File "{_SITE}/torch/__init__.py", line 2279, in _assert\n    raise AssertionError(message)\n',
+        '  File "/home/u/repro.py", line 30, in check\n    assert torch.allclose(eager, compiled)\n')
+    assert classify(own, exit_code=1).category == "accuracy"
+
+
+def test_a_backend_callable_raising_at_run_time_is_the_compiled_codes_failure_not_dynamos():
+    text = ("Traceback (most recent call last):\n"
+            '  File "/home/u/repro.py", line 24, in <module>\n    print(torch.compile(wave, backend=picky)(x))\n'
+            f'  File "{_EVAL_FRAME}", line 1166, in compile_wrapper\n    result = fn(*args, **kwargs)\n'
+            '  File "/home/u/repro.py", line 19, in wave\n    def wave(x):\n'
+            f'  File "{_EVAL_FRAME}", line 1446, in _fn\n    return fn(*args, **kwargs)\n'
+            '  File "/home/u/repro.py", line 12, in run\n    raise RuntimeError("picky: float32")\n'
+            "RuntimeError: picky: float32\n")
+    result = classify(text, exit_code=1)
+    assert result.category == "runtime_crash" and result.phase == "runtime", result
+    assert "frames:compiled_callable" in {e.rule for e in result.evidence}

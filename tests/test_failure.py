@@ -295,3 +295,56 @@ def test_a_lone_exception_line_keeps_the_lines_that_continue_its_message() -> No
                   '\n  File "/repo/a.py", line 3, in f\n'):
         cut = parse_failure("RuntimeError: one reason" + after)
         assert cut.message == "one reason", (after, cut.message)
+
+
+# --------------------------------------------------------------------------------------------
+# Whose code raised the final exception
+
+_SITE = "/home/u/venv/lib/python3.11/site-packages"
+
+
+def _tb(*frames: tuple[str, int, str], last: str) -> str:
+    lines = ["Traceback (most recent call last):"]
+    lines += [f'  File "{file}", line {line}, in {func}\n    pass' for file, line, func in frames]
+    return "\n".join([*lines, last]) + "\n"
+
+
+@pytest.mark.parametrize("frames,where,function", [
+    pytest.param([("/home/u/repro.py", 12, "<module>"), ("/home/u/repro.py", 8, "project")], "program", "project",
+                 id="an_op_called_from_the_script"),
+    pytest.param([("/home/u/repro.py", 12, "<module>"), (f"{_SITE}/torch/nn/modules/module.py", 1775, "_call_impl"),
+                  (f"{_SITE}/torch/nn/modules/linear.py", 125, "forward")], "program", "<module>",
+                 id="torch_public_layer_passes_on_what_the_script_gave"),
+    pytest.param([("/home/u/repro.py", 12, "<module>"), (f"{_SITE}/torch/utils/_pytree.py", 1130, "unflatten")],
+                 "torch", "unflatten", id="deeper_in_torch"),
+    pytest.param([("/home/u/repro.py", 12, "<module>"), (f"{_SITE}/torch/_dynamo/eval_frame.py", 1446, "_fn"),
+                  ("<eval_with_key>.1", 6, "forward"), (f"{_SITE}/torch/__init__.py", 2279, "_assert")],
+                 "compiled_code", "forward", id="torch_assert_in_an_fx_graph"),
+    pytest.param([("/home/u/repro.py", 12, "<module>"),
+                  ("/tmp/torchinductor_u/ab/cabcdef.py", 40, "call")], "compiled_code", "call",
+                 id="inductor_output_code"),
+])
+def test_raised_in_names_whose_code_raised(frames, where, function) -> None:
+    from pt2_bug_basher.analysis.failure import parse, raised_in
+
+    found = raised_in(parse(_tb(*frames, last="RuntimeError: boom")))
+    assert found is not None and found[0] == where and found[1].function == function, found
+
+
+def test_a_script_function_called_by_the_compiled_code_is_told_from_one_the_script_called() -> None:
+    from pt2_bug_basher.analysis.failure import compiled_callable_frame, parse
+
+    eval_frame = f"{_SITE}/torch/_dynamo/eval_frame.py"
+    by_compiled = _tb(("/home/u/repro.py", 16, "<module>"), (eval_frame, 1166, "compile_wrapper"),
+                      ("/home/u/repro.py", 12, "wave"), (eval_frame, 1446, "_fn"), ("/home/u/repro.py", 7, "run"),
+                      ("/home/u/repro.py", 3, "check"), last="RuntimeError: float32 is not supported")
+    frame = compiled_callable_frame(parse(by_compiled))
+    assert frame is not None and (frame.function, frame.line) == ("run", 7)
+    # Dynamo's compile wrapper calling the function it compiles (a raise it ran without a graph), a module's
+    # forward called by nn.Module, and a plain call: the script called it
+    for frames in ([("/home/u/repro.py", 16, "<module>"), (eval_frame, 1166, "compile_wrapper"),
+                    ("/home/u/repro.py", 9, "wave")],
+                   [("/home/u/repro.py", 16, "<module>"), (f"{_SITE}/torch/nn/modules/module.py", 1775, "_call_impl"),
+                    ("/home/u/repro.py", 9, "forward")],
+                   [("/home/u/repro.py", 16, "<module>"), ("/home/u/repro.py", 9, "wave")]):
+        assert compiled_callable_frame(parse(_tb(*frames, last="RuntimeError: boom"))) is None, frames
