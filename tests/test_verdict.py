@@ -298,7 +298,7 @@ def test_the_compile_off_run_decides_only_what_it_can(module_config, schemas, na
     case_id, data = _reproduced(module_config, script)
     verdict, off = data["verdict"], data["compile_off"]
     assert data["reproduced"], data["runs"]
-    assert verdict["compile_off"] == reading and verdict["fault"] == fault, verdict
+    assert verdict["compile_off_reading"] == reading and verdict["fault"] == fault, verdict
     assert verdict["compiler_at_fault"] is at_fault, verdict
     if category is None:
         assert verdict["category"] not in (None, "user_error"), verdict

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field
 
-from pt2_bug_basher.analysis.failure import RaisedIn
+from pt2_bug_basher.analysis.failure import Frame, RaisedIn, normalise_message, normalise_numbers
 
 if TYPE_CHECKING:
     from pt2_bug_basher.analysis.torch_logs import LogSummary
@@ -99,8 +99,6 @@ def tail_lines(text: str) -> list[str]:
 
 def soft_signature(logs: LogSummary) -> str | None:
     """For a run that exited 0 but showed graph breaks: the set of break reasons and places."""
-    from pt2_bug_basher.analysis.failure import normalise_message
-
     if not logs.graph_breaks:
         return None
     parts = sorted({f"{normalise_message(b.reason)[:120]}@{b.location}" for b in logs.graph_breaks})
@@ -210,7 +208,7 @@ class RunVerdict:
         )
 
 
-def _where(frame) -> str | None:
+def _where(frame: Frame | None) -> str | None:
     return f"{frame.function} ({frame.file}:{frame.line})" if frame is not None else None
 
 
@@ -253,7 +251,7 @@ class Verdict(BaseModel):
         "whose bug: the compiler's, the program's own (user_error), the script's own backend (user_error), or "
         "PyTorch's outside the compiler (the same failure raised inside torch without compilation); None: not "
         "decided"))
-    compile_off: OffReading | None = Field(None, description=(
+    compile_off_reading: OffReading | None = Field(None, description=(
         "how the run with compilation off ended: passes (exit 0, whatever it printed), the same failure, another "
         "one because the script uses what only compilation provides, another failure, or no Python exception"))
     own_backend: str | None = Field(None, description="the script's own backend (or the callable it returned) "
@@ -274,8 +272,6 @@ def _short(exception_type: str | None) -> str:
 
 
 def _message_head(message: str | None) -> str:
-    from pt2_bug_basher.analysis.failure import normalise_message, normalise_numbers
-
     first = next((line for line in (message or "").splitlines() if line.strip()), "")
     return normalise_numbers(normalise_message(first))
 
@@ -411,7 +407,7 @@ def decide(
         for line in dynamo_warnings(logged[0].stderr)[:2]:
             verdict.evidence.append(f"run {logged[0].result.run_id}: {_LOG_PREFIX.sub('', line)}")
     if compile_off is not None and not export_used:
-        verdict.compile_off = read_compile_off(failure, compile_off)
+        verdict.compile_off_reading = read_compile_off(failure, compile_off)
     if failure.own_backend:
         # torch.compile only handed the graph over: the compile-off run passes because the backend never runs
         verdict.category, verdict.compiler_at_fault, verdict.confidence = USER_ERROR, False, 0.9
@@ -421,7 +417,7 @@ def decide(
     elif export_used:
         verdict.evidence.append("torch.export in the script or traceback: the compile-off run cannot tell "
                                 "(TORCHDYNAMO_DISABLE does not turn export off)")
-    elif compile_off is not None and verdict.compile_off is not None:
+    elif compile_off is not None and verdict.compile_off_reading is not None:
         _judge_compile_off(verdict, failure, compile_off, agree)
     if layer:
         from pt2_bug_basher.playbooks import focus
@@ -440,8 +436,8 @@ def decide(
 
 def _judge_compile_off(verdict: Verdict, failure: FailureSummary, off: RunVerdict, agree: list[bool]) -> None:
     """Apply OFF_RULES' row for the compile-off run's reading."""
-    assert verdict.compile_off is not None
-    reading = verdict.compile_off
+    assert verdict.compile_off_reading is not None
+    reading = verdict.compile_off_reading
     condition = _condition(reading, failure, off)
     fault, says = OFF_RULES.get((reading, condition)) or OFF_RULES[(reading, "any")]
     verdict.fault, verdict.compiler_at_fault = fault, FAULT_AT_COMPILER[fault]
