@@ -1,0 +1,86 @@
+"""The one oracle "this run reproduces the case", through a real MCP client and rule by rule."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mcp import Client
+
+from pt2_bug_basher.analysis.compare import CANDIDATE, TRIAL, Compiled, Failure, Oracle, compiled_report, raiser
+from pt2_bug_basher.case.config import ServerConfig
+from pt2_bug_basher.mcp_server.server import create_server
+from pt2_bug_basher.reduce.ladder import LAUNCHER
+
+pytestmark = pytest.mark.anyio
+DATA = Path(__file__).parent / "data" / "oracle"
+MESSAGE = "compiled and eager outputs differ"
+
+
+@pytest.fixture(scope="module")
+def module_config(tmp_path_factory) -> ServerConfig:
+    root = tmp_path_factory.mktemp("oracle")
+    repo = root / "repo"
+    shutil.copytree(DATA, repo / "data")
+    return ServerConfig(state_dir=root / "state", default_repo=repo, allowed_roots=(root,))
+
+
+def launched(script: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(LAUNCHER), "--no-mark", "--", str(script)], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, **env}, cwd=script.parent)
+
+
+async def test_a_degenerate_candidate_of_an_accuracy_case_is_refused(module_config):
+    """The reducer reaches `ok = False; assert ok, msg` (the same AssertionError, compiled or not): it keeps
+    the comparison of compiled values instead, and the result is checked with compilation off."""
+    script = module_config.default_repo / "data" / "constant_message_accuracy.py"
+    server = create_server(module_config)
+    store = server.state.store  # type: ignore[attr-defined]
+    async with Client(server) as client:
+        env = await client.call_tool("check_env", {"python": sys.executable})
+        case_id = env.structured_content["case_id"]
+        run = await client.call_tool("run_with_logs", {"case_id": case_id, "repeat": 2, "script": str(script)})
+        assert run.structured_content["reproduced"], run.structured_content
+        assert run.structured_content["failure"]["category"] == "accuracy"
+        result = await client.call_tool("minify", {"case_id": case_id, "mode": "source", "budget_s": 300})
+    assert not result.is_error, result.content[0].text
+    data = result.structured_content
+    assert data["confirmed"] and data["comparison"] in ("signature", "exception"), data
+    reduced = Path(data["minimized_path"]).read_text()
+    assert "allclose" in reduced and "compile(" in reduced and "ok = False" not in reduced, reduced
+    # the result reproduces only compiled: with compilation off it passes
+    assert launched(Path(data["minimized_path"])).returncode == 1
+    off = launched(Path(data["minimized_path"]), TORCHDYNAMO_DISABLE="1")
+    assert off.returncode == 0, off.stderr
+    # the confirmation ran twice: compiled, and with compilation off
+    confirms = [r for r in store.runs(case_id) if r.tool == "minify" and str(LAUNCHER) in r.argv]
+    assert {r.env.get("TORCHDYNAMO_DISABLE") for r in confirms} == {None, "1"}
+    # candidates that failed with the case's AssertionError but proved nothing were refused
+    work = next((store.case_dir(case_id) / "minify").iterdir())
+    refused = []
+    for cand in (work / "candidates").iterdir():
+        source = (cand / script.name).read_text()
+        stderr = (cand / "stderr.log").read_text() if (cand / "stderr.log").exists() else ""
+        if MESSAGE in stderr and "allclose" not in source:
+            refused.append(source)
+    assert refused, "the reducer never reached a degenerate candidate: the test no longer covers the oracle"
+    assert data["source"]["candidates_run"] > 0
+
+
+async def test_an_assertion_raised_in_generated_code_does_not_match_an_accuracy_case(module_config):
+    stderr = launched(DATA / "assert_in_generated_code.py").stderr
+    seen = Failure(category="accuracy", exception_type="AssertionError", message=MESSAGE,
+                   compiled=compiled_report(stderr), raised_by=raiser(stderr))
+    assert seen.compiled is not None and seen.compiled.frames_ok > 0
+    assert seen.raised_by is not None and seen.raised_by.generated
+    wanted = Failure(category="accuracy", exception_type="AssertionError", message=MESSAGE)
+    match = Oracle(wanted, TRIAL, script_name="assert_in_generated_code.py").judge_failure(seen)
+    assert not match.matches and "generated code" in match.reason
+    # the script's own assertion, after compiled code ran, does match
+    own = launched(DATA / "constant_message_accuracy.py").stderr
+    mine = seen.model_copy(update={"compiled": compiled_report(own), "raised_by": raiser(own)})
+    assert Oracle(wanted, TRIAL, script_name="constant_message_accuracy.py").judge_failure(mine).matches
