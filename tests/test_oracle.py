@@ -84,3 +84,81 @@ async def test_an_assertion_raised_in_generated_code_does_not_match_an_accuracy_
     own = launched(DATA / "constant_message_accuracy.py").stderr
     mine = seen.model_copy(update={"compiled": compiled_report(own), "raised_by": raiser(own)})
     assert Oracle(wanted, TRIAL, script_name="constant_message_accuracy.py").judge_failure(mine).matches
+
+
+REPRO = Failure(signature=f"AssertionError: {MESSAGE} @ repro.py:<module>", category="accuracy",
+                exception_type="AssertionError", message=MESSAGE)
+
+
+def seen_as(compiled: Compiled | None, file: str = "/w/repro.py", *, in_torch: bool = False,
+            generated: bool = False) -> Failure:
+    from pt2_bug_basher.analysis.compare import Raiser
+
+    return REPRO.model_copy(update={"signature": None, "compiled": compiled,
+                                    "raised_by": Raiser(file=file, in_torch=in_torch, generated=generated)})
+
+
+def test_without_a_compiled_call_nothing_reproduces():
+    oracle = Oracle(REPRO, CANDIDATE, script_name="repro.py")
+    ran = Compiled(frames=1, frames_ok=1)
+    assert oracle.judge_failure(seen_as(ran)).level == "exception"
+    no_report = oracle.judge_failure(seen_as(None))
+    assert not no_report.matches and "no report" in no_report.reason
+    nothing = oracle.judge_failure(seen_as(Compiled()))
+    assert not nothing.matches and "compiled nothing" in nothing.reason
+    # a graph a backend compiled counts (PyTorch's minifier repros call the backend without Dynamo)
+    assert oracle.judge_failure(seen_as(Compiled(backend_compiles=1))).matches
+    # without the rule (runs not made through the launcher) the failure alone decides
+    from pt2_bug_basher.analysis.compare import RERUN
+
+    assert Oracle(REPRO, RERUN).judge_failure(seen_as(None)).matches
+
+
+def test_an_accuracy_failure_is_the_scripts_own_comparison_after_compiled_code_ran():
+    oracle = Oracle(REPRO, TRIAL, script_name="repro.py")
+    ran = Compiled(frames=1, frames_ok=1)
+    assert oracle.judge_failure(seen_as(ran)).matches
+    refusals = {
+        "in torch": seen_as(ran, "/site-packages/torch/_inductor/x.py", in_torch=True),
+        "generated code": seen_as(ran, "<eval_with_key>.1", generated=True),
+        "not in repro.py": seen_as(ran, "/w/helper.py"),
+        "before any compiled code ran": seen_as(Compiled(frames=1, frames_ok=0)),
+    }
+    for why, seen in refusals.items():
+        match = oracle.judge_failure(seen)
+        assert not match.matches and why in match.reason, (why, match.reason)
+    # a crash case is not held to it: a compiler's exception is raised in torch
+    crash = REPRO.model_copy(update={"category": "backend_compiler"})
+    assert Oracle(crash, TRIAL, script_name="repro.py").judge_failure(
+        seen_as(ran, "/site-packages/torch/_inductor/x.py", in_torch=True).model_copy(
+            update={"category": "backend_compiler"})).matches
+
+
+async def test_a_result_that_fails_with_compilation_off_too_is_not_confirmed(tmp_path):
+    from pt2_bug_basher.execution.runner import run_process
+    from pt2_bug_basher.reduce.ladder import fake_result
+
+    degenerate = tmp_path / "constant_message_accuracy.py"
+    degenerate.write_text("import torch\nok = False\ntorch.compile(torch.relu, backend='eager')(torch.ones(2))\n"
+                          f"assert ok, {MESSAGE!r}\n")
+    shutil.copyfile(DATA / "constant_message_accuracy.py", tmp_path / "kept.py")
+
+    async def run(script: Path, name: str, **env: str):
+        out = tmp_path / name
+        out.mkdir()
+        outcome = await run_process([sys.executable, str(LAUNCHER), "--no-mark", "--", str(script)], cwd=tmp_path,
+                                    env={**os.environ, **env}, timeout_s=120, stdout_path=out / "stdout.log",
+                                    stderr_path=out / "stderr.log")
+        return fake_result(name, outcome, out / "stdout.log", out / "stderr.log")
+
+    oracle = Oracle(REPRO, CANDIDATE, script_name=degenerate.name, off_passes=True)
+    compiled, off = await run(degenerate, "on"), await run(degenerate, "off", TORCHDYNAMO_DISABLE="1")
+    assert oracle.judge(compiled).matches  # it compiled something, and its own assert failed
+    refused = oracle.confirm(compiled, off)
+    assert not refused.matches and "with compilation off too" in refused.reason
+    # a case that failed with compilation off as well (torch.export) is not held to it
+    assert Oracle(REPRO, CANDIDATE, script_name=degenerate.name).confirm(compiled, off).matches
+    kept = Oracle(REPRO, CANDIDATE, script_name="kept.py", off_passes=True)
+    confirmed = kept.confirm(await run(tmp_path / "kept.py", "kept"),
+                             await run(tmp_path / "kept.py", "kept-off", TORCHDYNAMO_DISABLE="1"))
+    assert confirmed.matches and "with compilation off it does not fail" in confirmed.reason
