@@ -162,3 +162,14 @@ async def test_a_result_that_fails_with_compilation_off_too_is_not_confirmed(tmp
     confirmed = kept.confirm(await run(tmp_path / "kept.py", "kept"),
                              await run(tmp_path / "kept.py", "kept-off", TORCHDYNAMO_DISABLE="1"))
     assert confirmed.matches and "with compilation off it does not fail" in confirmed.reason
+
+
+def test_a_fullgraph_failure_reports_the_frame_dynamo_began_converting(tmp_path):
+    """fullgraph=True converts without Dynamo's frame counters: the report still shows the attempt."""
+    script = tmp_path / "fullgraph.py"
+    script.write_text("import torch\n\ndef f(x):\n    if x.sum() > 0:\n        return x + 1\n    return x\n\n"
+                      "torch.compile(f, fullgraph=True, backend='eager')(torch.ones(2))\n")
+    ran = launched(script)
+    assert ran.returncode == 1 and "Unsupported" in ran.stderr
+    report = compiled_report(ran.stderr)
+    assert report is not None and report.frames >= 1 and report.frames_ok == 0 and report.any
