@@ -1,6 +1,6 @@
 """The source reducer against a straightforward sequential pysource-minimize over fresh processes.
 
-Same repro, same predicate (fails with the case's failure: `analysis.compare.same_failure`), same budget:
+Same repro, same predicate (the case's oracle, `analysis.compare.Oracle` with CANDIDATE rules), same budget:
 
 * baseline: `pysource_minimize.minimize(source, checker)`, the checker running each candidate as
   `python candidate.py` in a new process, one at a time, no cache;
@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT / "server"))
 
 from mcp import Client  # noqa: E402
 
-from pt2_bug_basher.analysis.compare import RERUN, run_failure, same_failure  # noqa: E402
+from pt2_bug_basher.analysis.compare import CANDIDATE  # noqa: E402
 from pt2_bug_basher.case.config import ServerConfig  # noqa: E402
 from pt2_bug_basher.case.store import Store  # noqa: E402
 from pt2_bug_basher.execution.cpus import usable_cpus  # noqa: E402
@@ -78,7 +78,7 @@ async def baseline(store, case, ref, script: Path, budget: float, work: Path) ->
         result = await evaluator.run(path, ref.args, cwd=script.parent, out_dir=cand,
                                      timeout_s=run_timeout(ref, 3.0, 30.0), extra_path=[str(script.parent)])
         state["evals"] += 1
-        ok = same_failure(run_failure(result), ref.failure, RERUN).level in ("signature", "exception")
+        ok = ref.oracle(CANDIDATE, path).judge(result).matches
         if ok and (state["best"] is None or len(source) < len(state["best"])):
             state["best"] = source
         return ok

@@ -199,8 +199,11 @@ async def test_an_already_minimal_repro_completes_the_step_without_reducing(modu
         shutil.copyfile(script, copy)
         again = (await client.call_tool("minify", {"case_id": case_id, "script": str(copy)})).structured_content
     assert again["already_minimal"] and again["confirmed"] and again["comparison"] == "exception", again
-    [confirm] = [r for r in store.runs(case_id) if r.tool == "minify"]
-    assert again["confirm_run_id"] == confirm.run_id and confirm.argv[1] == str(copy)
+    # one compiled run, and (the case passed with compilation off) one with compilation off
+    runs = [r for r in store.runs(case_id) if r.tool == "minify"]
+    [confirm] = [r for r in runs if "TORCHDYNAMO_DISABLE" not in r.env]
+    [off] = [r for r in runs if r.env.get("TORCHDYNAMO_DISABLE") == "1"]
+    assert again["confirm_run_id"] == confirm.run_id and confirm.argv[-1] == str(copy) == off.argv[-1]
 
 
 def test_minimality_is_judged_from_the_source():

@@ -8,7 +8,8 @@ Each client connection carries one JSON request line:
      "env": {variables set in the child first}, "bisect_trace": bool}
 or {"shutdown": true}. The server forks a child (its own process group) that redirects fds 1
 and 2 to the given files and runs the script as __main__ exactly like launcher.py does, and
-answers one JSON line: {"exit_code", "signal", "timed_out", "duration_s", "pid"}. A child that
+answers one JSON line: {"exit_code", "signal", "timed_out", "duration_s", "pid"}. Such a child
+prints launcher.py's `PT2BB-COMPILED:` line (what compiled before the script ended) to its stderr. A child that
 outlives its timeout, or whose client hangs up, is killed with its whole group.
 
 A warm run (`"warm": true`: a case's run of `python script.py`, `python -m module` (`"module"`) or
@@ -153,7 +154,11 @@ def _child(request: dict, closing: list, fds: list[int]) -> None:
             else:
                 launcher.run_script(request["script"], list(request.get("args") or []))
             code = 0
+            if not warm:
+                launcher.report_compiled()
         except SystemExit as exc:
+            if not warm:
+                launcher.report_compiled()
             if exc.code is None:
                 code = 0
             elif isinstance(exc.code, int):
@@ -162,6 +167,8 @@ def _child(request: dict, closing: list, fds: list[int]) -> None:
                 print(exc.code, file=sys.stderr)
                 code = 1
         except BaseException as exc:  # noqa: BLE001 - printed like the interpreter would
+            if not warm:
+                launcher.report_compiled()
             launcher.print_exception(exc)
             code = 1
         if warm:

@@ -6,7 +6,11 @@ Patches `torch.compile` and `torch._dynamo.optimize` before the script runs, the
 as `__main__` (its own directory first on sys.path, its own argv), so the failure is reported as
 if the script had been run directly. With a non-Inductor backend, Inductor-only arguments (`mode`,
 `options`) are dropped. Each patched call prints one line starting with `PT2BB-LAUNCHER:` to
-stderr, so the caller can tell that the script reached torch.compile at all. `--bisect-trace`
+stderr, so the caller can tell that the script reached torch.compile at all. When the script ends (it raised: at that
+moment, before its traceback), one line starting with `PT2BB-COMPILED:` gives Dynamo's counters as
+JSON: the frames Dynamo began converting (`frames`), those it converted (`frames_ok`), and the backend
+compilations timed (`backend_compiles`): the caller's proof that a compiled call ran before the end.
+`--bisect-trace`
 prints each application of the subsystem the compiler bisector is bisecting (`bisect_probe.py`).
 
 Runs in the interpreter under investigation; imports nothing from pt2_bug_basher. Also imported by
@@ -20,6 +24,9 @@ import sys
 import traceback
 
 MARK = "PT2BB-LAUNCHER:"
+COMPILED_MARK = "PT2BB-COMPILED:"
+# dynamo_timed phases that compile a captured graph (the FX minifier's repros call them without Dynamo)
+_BACKEND_TIMERS = ("OutputGraph.call_user_compiler", "compile_fx_inner", "create_aot_dispatcher_function")
 _THIS = os.path.abspath(__file__)
 
 
@@ -99,6 +106,25 @@ def _name(backend) -> str:
     return getattr(backend, "__name__", None) or type(backend).__name__
 
 
+def compiled_counts() -> dict:
+    """What compiled so far in this process (all zero when Dynamo was never imported)."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    if utils is None:
+        return {"frames": 0, "frames_ok": 0, "backend_compiles": 0}
+    frames = utils.counters.get("frames", {})
+    timed = getattr(utils, "compilation_time_metrics", {})
+    # fullgraph=True converts frames without the frame counters: its timed phases count them
+    return {"frames": max(int(frames.get("total", 0)), len(timed.get("_compile.compile_inner", ()))),
+            "frames_ok": max(int(frames.get("ok", 0)), len(timed.get("build_guards", ()))),
+            "backend_compiles": sum(len(timed.get(name, ())) for name in _BACKEND_TIMERS)}
+
+
+def report_compiled() -> None:
+    import json
+
+    print(f"{COMPILED_MARK} {json.dumps(compiled_counts(), sort_keys=True)}", file=sys.stderr, flush=True)
+
+
 def run_script(script: str, args: list[str]) -> None:
     """Run script as __main__, as `python script args` would (exceptions propagate)."""
     script = os.path.abspath(script)
@@ -171,10 +197,13 @@ def main(argv: list[str]) -> int:
     try:
         run_script(rest[0], rest[1:])
     except SystemExit:
+        report_compiled()
         raise
     except BaseException as exc:  # noqa: BLE001 - reported like the interpreter would
+        report_compiled()
         print_exception(exc)
         return 1
+    report_compiled()
     return 0
 
 

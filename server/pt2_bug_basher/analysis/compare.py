@@ -12,21 +12,37 @@ its failure. `same_failure(seen, wanted, rules)` answers at the strictest level 
 * ``category`` — the same category alone, where the caller accepts it.
 
 `Rules` holds what legitimately differs between the callers; the presets name them:
-`RERUN` / `RERUN_OR_ACCURACY` (the reducers), `new_test(...)` (register_test: the test against
+`CANDIDATE` (the source reducer's candidates and result), `TRIAL` (localize's rungs, the bisector's
+trials, the minimality judge's run), `FX_RESULT` (PyTorch's minifier's repro), `RERUN` /
+`RERUN_OR_ACCURACY` (runs of the script without the launcher's report), `new_test(...)` (register_test: the test against
 the reproduction), `on_other_ref(...)` (make_worktree: the registered test on another ref against
 the same test on the agent's tree), `script_on_other_ref(...)` (run_with_logs on main: the repro
 script there against the reproduction).
+
+`Oracle` is the one entry point for "this run reproduces the case": the reducers, the minimality
+judge, the bisector and localize judge their runs with `Oracle.judge` (and a reduction's result with
+`Oracle.confirm`, which also reads a run with compilation off). Beyond `same_failure` it holds:
+
+* a run reproduces only after a compiled call: launcher.py reports Dynamo's counters when the script
+  ends (`PT2BB-COMPILED:`); no frame Dynamo began converting (nor a graph a backend compiled, for the
+  FX minifier's repros) means nothing compiled, and a run without the report proves nothing;
+* an accuracy failure is the script's own comparison: its exception is raised by the script's file
+  (through torch.testing, unittest or numpy.testing helpers), after a frame was converted; one raised
+  in generated code, in torch or elsewhere is another failure;
+* where the case passed with compilation off, a run with compilation off must not fail the case's way.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field
 
-from pt2_bug_basher.analysis.failure import normalise_message
+from pt2_bug_basher.analysis.failure import normalise_message, parse
 
 if TYPE_CHECKING:
     from pt2_bug_basher.execution.runs import RunResult
@@ -44,6 +60,10 @@ _BACKEND_WORDS = re.compile(
 )
 
 Level = Literal["signature", "exception", "assertion", "category"]
+COMPILED_MARK = "PT2BB-COMPILED:"  # the line launcher.py prints when the script ends
+_COMPILED_LINE = re.compile(rf"^{COMPILED_MARK} (\{{.*\}})\s*$", re.M)
+# frames of comparison helpers a script's own check raises through
+_CHECK_HELPERS = re.compile(r"(?:^|/)(?:torch/testing|unittest|numpy/testing|_pytest)/")
 
 
 def short_type(name: str | None) -> str | None:
@@ -57,6 +77,26 @@ def exception_key(exception_type: str | None, message: str | None) -> str:
     norm = _BACKEND_WORDS.sub("<backend>", normalise_message(first))
     norm = re.sub(r"['\"`]", "", norm)[:200]
     return f"{short_type(exception_type) or ''}|{norm}"
+
+
+class Compiled(BaseModel):
+    """What compiled before the script ended, as launcher.py reported it."""
+
+    frames: int = Field(0, description="frames Dynamo began converting")
+    frames_ok: int = Field(0, description="frames Dynamo converted")
+    backend_compiles: int = Field(0, description="captured graphs a backend compiled")
+
+    @property
+    def any(self) -> bool:
+        return self.frames > 0 or self.backend_compiles > 0
+
+
+class Raiser(BaseModel):
+    """Where the final exception was raised: its innermost frame outside comparison helpers."""
+
+    file: str
+    in_torch: bool
+    generated: bool = Field(description="the exception passed through code the compiler generated")
 
 
 class Failure(BaseModel):
@@ -73,6 +113,8 @@ class Failure(BaseModel):
     signal: str | None = None
     timed_out: bool = False
     graph_break_reasons: list[str] = Field(default_factory=list)
+    compiled: Compiled | None = Field(None, description="launcher.py's report; None: the run made none")
+    raised_by: Raiser | None = None
 
     @property
     def key(self) -> str:
@@ -102,7 +144,29 @@ def run_failure(result: RunResult) -> Failure:
         exception_type=f.exception_type if f else None, message=(f.message or "")[:2000] if f else None,
         exit_code=outcome.exit_code, signal=outcome.signal_name, timed_out=outcome.timed_out,
         graph_break_reasons=sorted({normalise_message(b.reason)[:120] for b in parsed.logs.graph_breaks}),
+        compiled=compiled_report(parsed.stderr), raised_by=raiser(parsed.stderr) if parsed.failed else None,
     )
+
+
+def compiled_report(stderr: str) -> Compiled | None:
+    """The last `PT2BB-COMPILED:` report in a run's stderr (None: there is none)."""
+    found = _COMPILED_LINE.findall(stderr)
+    if not found:
+        return None
+    try:
+        return Compiled.model_validate(json.loads(found[-1]))
+    except ValueError:
+        return None
+
+
+def raiser(stderr: str) -> Raiser | None:
+    """Where the final exception was raised: its innermost frame that is not a comparison helper."""
+    blocks = [b for b in parse(stderr).blocks if b.exc is not None and b.frames]
+    if not blocks:
+        return None
+    frames = blocks[-1].frames
+    frame = next((f for f in reversed(frames) if not _CHECK_HELPERS.search(f.file.replace("\\", "/"))), frames[-1])
+    return Raiser(file=frame.file, in_torch=frame.in_torch, generated=any(f.in_generated_code() for f in frames))
 
 
 def describe(failure: Failure) -> str:
@@ -134,10 +198,22 @@ class Rules:
     related category matches; against a soft failure, an AssertionError raised in this file does."""
     seen_as: str = "the run"
     wanted_as: str = "the case's failure"
+    compiled_call: bool = False
+    """The run must report a compiled call before it ended (launcher.py's `PT2BB-COMPILED:` line);
+    a run without the report, or with nothing compiled, does not reproduce."""
+    own_check: bool = False
+    """An accuracy case's failure must be the script's own comparison: the exception is raised in the
+    script's file, after Dynamo converted a frame."""
 
 
 RERUN = Rules(reruns=True)
 RERUN_OR_ACCURACY = Rules(reruns=True, category_alone="accuracy")
+CANDIDATE = Rules(reruns=True, compiled_call=True, own_check=True)
+TRIAL = Rules(reruns=True, category_alone="accuracy", compiled_call=True, own_check=True)
+# PyTorch's minifier writes the repro and its checker (AccuracyError in torch): no own comparison to ask for
+FX_RESULT = Rules(reruns=True, category_alone="accuracy", compiled_call=True)
+# With compilation off nothing compiles: the run is judged on its failure alone
+_COMPILE_OFF = Rules(reruns=True, category_alone="accuracy", seen_as="with compilation off the run")
 
 
 def new_test(test_file: str) -> Rules:
@@ -228,3 +304,68 @@ def _soft_reasons(signature: str | None) -> set[str]:
     if not signature or not signature.startswith(SOFT_SIGNATURE):
         return set()
     return {part.rsplit("@", 1)[0] for part in signature[len(SOFT_SIGNATURE):].split(";") if part}
+
+
+@dataclass(frozen=True)
+class Oracle:
+    """The one judgement "this run reproduces the case" (see the module's docstring).
+
+    `wanted`: the case's failure; `rules`: the caller's preset; `script_name`: the file name whose
+    own comparison an accuracy failure must be (the reducers keep the user's file name); `off_passes`:
+    the case's run with compilation off passed, so a run with compilation off must not fail its way."""
+
+    wanted: Failure
+    rules: Rules
+    script_name: str | None = None
+    off_passes: bool = False
+
+    def judge(self, result: RunResult) -> Match:
+        """One compiled run."""
+        return self.judge_failure(run_failure(result))
+
+    def judge_failure(self, seen: Failure) -> Match:
+        match = same_failure(seen, self.wanted, self.rules)
+        if not match.matches:
+            return match
+        rules = self.rules
+        if rules.compiled_call and (seen.compiled is None or not seen.compiled.any):
+            why = "made no report of what compiled" if seen.compiled is None else "compiled nothing before it ended"
+            return Match(level=None, reason=f"{rules.seen_as} {why}: without a compiled call it cannot reproduce "
+                                            f"({match.reason} alone does not count)")
+        if rules.own_check and self.wanted.category == "accuracy" and seen.exception_type:
+            refused = self._not_own_check(seen)
+            if refused:
+                return Match(level=None, reason=f"{rules.seen_as} {refused}: not the script's own comparison of "
+                                                "values compiled code produced")
+        return match
+
+    def _not_own_check(self, seen: Failure) -> str | None:
+        if seen.compiled is not None and seen.compiled.frames_ok == 0 and seen.compiled.backend_compiles == 0:
+            return "raised before any compiled code ran"
+        where = seen.raised_by
+        if where is None:
+            return "raised its exception from no frame it printed"
+        if where.generated:
+            return f"raised {short_type(seen.exception_type)} in generated code ({where.file})"
+        if where.in_torch:
+            return f"raised {short_type(seen.exception_type)} in torch ({where.file})"
+        if self.script_name is not None and os.path.basename(where.file) != self.script_name:
+            return f"raised {short_type(seen.exception_type)} in {where.file}, not in {self.script_name}"
+        return None
+
+    def judge_off(self, result: RunResult) -> Match:
+        """A run with compilation off: matches when it fails the case's way (then the compiled run proves nothing)."""
+        return same_failure(run_failure(result), self.wanted, replace(_COMPILE_OFF, wanted_as=self.rules.wanted_as))
+
+    def confirm(self, compiled: RunResult, compile_off: RunResult | None) -> Match:
+        """A reduction's result: the compiled run reproduces and, where the case passed with compilation off,
+        the run with compilation off does not fail the case's way."""
+        match = self.judge(compiled)
+        if not match.matches or compile_off is None or not self.off_passes:
+            return match
+        off = self.judge_off(compile_off)
+        if off.matches:
+            return Match(level=None, reason=(f"it fails the case's way with compilation off too (run "
+                                             f"{compile_off.run_id}, {off.reason}): the failure is not the "
+                                             "compiler's"))
+        return Match(level=match.level, reason=f"{match.reason}; with compilation off it does not fail that way")

@@ -27,7 +27,7 @@ import anyio
 from anyio.abc import TaskGroup
 from pydantic import BaseModel
 
-from pt2_bug_basher.analysis.compare import RERUN_OR_ACCURACY, run_failure, same_failure
+from pt2_bug_basher.analysis.compare import TRIAL, run_failure
 from pt2_bug_basher.analysis.failure import CASE_BISECT_CACHE
 from pt2_bug_basher.analysis.suspects import helper_candidates, module_name
 from pt2_bug_basher.case.store import CaseRecord, Store, new_id
@@ -215,7 +215,7 @@ class _Trials:
         verdict = run_failure(result)
         if verdict.timed_out:
             outcome = "timeout"
-        elif same_failure(verdict, self.ref.failure, RERUN_OR_ACCURACY).level:
+        elif self.ref.oracle(TRIAL, self.script).judge_failure(verdict).matches:
             outcome = "same failure"
         elif verdict.failed:
             outcome = "different failure"

@@ -1,11 +1,12 @@
 """Candidate evaluators for the reducers: a pre-forked server or fresh processes.
 
-Both run a script as `python script args` would (through `_probes/launcher.py`), write its stdout
-and stderr to files and return a `RunResult` that `analysis.compare.run_failure` judges with
-run_with_logs' own rules. The fork server is one recorded run (`runs.execute`) whose children are
-forked from an interpreter that has imported torch already; the fresh evaluator starts one
-process per candidate with `runner.run_process`. Either way, cancelling the caller kills every
-child (the server's group and its descendants), and a candidate past its timeout is killed.
+Both run a script as `python script args` would (through `_probes/launcher.py`, whose report of
+what compiled ends its stderr), write its stdout and stderr to files and return a `RunResult` that
+the case's oracle (`analysis.compare.Oracle`) judges. The fork server is one recorded run
+(`runs.execute`) whose children are forked from an interpreter that has imported torch already;
+the fresh evaluator starts one process per candidate with `runner.run_process`. Either way,
+cancelling the caller kills every child (the server's group and its descendants), and a candidate
+past its timeout is killed.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ class Evaluator:
     parallel = 1
 
     async def run(self, script: Path, args: list[str], *, cwd: Path, out_dir: Path, timeout_s: float,
-                  extra_path: list[str] | None = None) -> RunResult:
+                  extra_path: list[str] | None = None, env: dict[str, str] | None = None) -> RunResult:
+        """env: variables read at call time (TORCHDYNAMO_DISABLE), set for this run only."""
         raise NotImplementedError
 
     async def aclose(self) -> None:
@@ -55,9 +57,9 @@ class FreshEvaluator(Evaluator):
         self.env = {**os.environ, **BASE_ENV, **env}
         self.parallel = parallel or usable_cpus()
 
-    async def run(self, script, args, *, cwd, out_dir, timeout_s, extra_path=None):
+    async def run(self, script, args, *, cwd, out_dir, timeout_s, extra_path=None, env=None):
         out_dir.mkdir(parents=True, exist_ok=True)
-        env = dict(self.env)
+        env = {**self.env, **(env or {})}
         if extra_path:
             env["PYTHONPATH"] = os.pathsep.join([*extra_path, *filter(None, [env.get("PYTHONPATH")])])
         argv = [self.case.python, str(LAUNCHER), "--no-mark", "--", str(script), *args]
@@ -135,8 +137,11 @@ class ForkServerEvaluator(Evaluator):
                 raise BugBasherError("the fork server did not start within 120 s")
             await anyio.sleep(0.05)
 
-    async def run(self, script, args, *, cwd, out_dir, timeout_s, extra_path=None, options: dict | None = None):
+    async def run(self, script, args, *, cwd, out_dir, timeout_s, extra_path=None, env=None,
+                  options: dict | None = None):
         """options: more request fields (backend, env, bisect_trace; see forkserver.py)."""
+        if env:
+            options = {**(options or {}), "env": {**(options or {}).get("env", {}), **env}}
         out_dir.mkdir(parents=True, exist_ok=True)
         stdout, stderr = out_dir / "stdout.log", out_dir / "stderr.log"
         request = {"script": str(script), "args": list(args), "cwd": str(cwd), "stdout": str(stdout),

@@ -22,12 +22,12 @@ from pathlib import Path
 
 import anyio
 
-from pt2_bug_basher.analysis.compare import RERUN_OR_ACCURACY, describe, run_failure, same_failure
+from pt2_bug_basher.analysis.compare import FX_RESULT, describe, run_failure
 from pt2_bug_basher.case.store import CaseRecord, Store
 from pt2_bug_basher.execution.runs import execute
 from pt2_bug_basher.execution.warm import WarmRequest
 from pt2_bug_basher.reduce.evaluate import ForkServerEvaluator, case_cuda_available, fork_unsafe
-from pt2_bug_basher.reduce.ladder import PROBES, Reference, run_timeout
+from pt2_bug_basher.reduce.ladder import LAUNCHER, PROBES, Reference, run_timeout
 
 FX_DRIVER = PROBES / "fx_driver.py"
 _ENV_LINE = re.compile(r"^os\.environ\['([A-Za-z_][A-Za-z0-9_]*)'\] = '([^'\\]*)'$", re.M)
@@ -220,12 +220,14 @@ async def minify_fx(
     shutil.copyfile(source, target)
     result.minimized = target
     await progress(f"FX minifier: confirming the {nodes}-node repro in a separate process")
-    confirm = await execute(store, case, [case.python, str(target)], tool="minify", cwd=target.parent,
-                            env_add=ref.env, timeout_s=run_timeout(ref), progress=progress, label="confirm run",
-                            warm=WarmRequest())
+    # through the launcher: its report says the repro compiled its graph. Its compile-off run would prove
+    # nothing (PyTorch's repro calls the backend itself, which TORCHDYNAMO_DISABLE does not stop).
+    confirm = await execute(store, case, [case.python, str(LAUNCHER), "--no-mark", "--", str(target)],
+                            tool="minify", cwd=target.parent, env_add=ref.env, timeout_s=run_timeout(ref),
+                            progress=progress, label="confirm run", warm=WarmRequest())
     result.run_ids["confirm"] = confirm.run_id
     verdict = run_failure(confirm)
-    result.match = same_failure(verdict, ref.failure, RERUN_OR_ACCURACY).level
+    result.match = ref.oracle(FX_RESULT, target).judge_failure(verdict).level
     result.confirmed = result.match is not None
     result.confirm_failure = describe(verdict)
     result.ok = True

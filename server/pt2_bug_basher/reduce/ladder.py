@@ -1,9 +1,9 @@
 """Step 3: localise (the backend ablation ladder) and the shared parts of minification.
 
 The case's failure is what the reproduction step recorded (its signature, category, exception
-type and message). Every run here is judged against it with run_with_logs' own rules and compared
-by `analysis.compare.same_failure` at the strictest level that holds (signature, exception, or for
-accuracy failures category). The comparison used is always reported.
+type and message). Every run here is judged against it by the case's oracle (`Reference.oracle`:
+`analysis.compare.Oracle`, at the strictest level that holds: signature, exception, or for
+accuracy failures category; and only after a compiled call). The comparison used is always reported.
 """
 
 from __future__ import annotations
@@ -16,13 +16,14 @@ from typing import Any
 import anyio
 from pydantic import BaseModel, Field
 
-from pt2_bug_basher.analysis.compare import RERUN_OR_ACCURACY, Failure, describe, run_failure, same_failure
+from pt2_bug_basher.analysis.compare import TRIAL, Failure, Oracle, Rules, describe, run_failure
 from pt2_bug_basher.analysis.guards import DynamoDecisions
 from pt2_bug_basher.case.store import CaseRecord, Store
 from pt2_bug_basher.domain.bisection import BisectReport
+from pt2_bug_basher.domain.calls import format_call
 from pt2_bug_basher.domain.errors import InvalidInput
 from pt2_bug_basher.domain.evidence import LadderRowRecord, LocalizeRecord, ReproduceEvidence, Suspect
-from pt2_bug_basher.domain.names import Step
+from pt2_bug_basher.domain.names import Step, ToolName
 from pt2_bug_basher.execution.cpus import usable_cpus
 from pt2_bug_basher.execution.runner import ProcessOutcome
 from pt2_bug_basher.execution.runs import BASE_ENV, RunResult, execute, private_cache_env
@@ -54,6 +55,12 @@ class Reference:
     run_ids: list[str]
     script_sha256: str | None = None
     """the script's content when the reproduction ran it (None: not recorded)"""
+    off_passes: bool = False
+    """the reproduction's run with compilation off passed"""
+
+    def oracle(self, rules: Rules, script: Path | None = None) -> Oracle:
+        """The judgement every run of this case's script (or of `script`, a reduction of it) gets."""
+        return Oracle(self.failure, rules, script_name=(script or self.script).name, off_passes=self.off_passes)
 
     @property
     def failure(self) -> Failure:
@@ -82,13 +89,31 @@ def load_reference(store: Store, case: CaseRecord) -> Reference:
         if run.ended_at:
             durations.append(run.ended_at - run.started_at)
     env.update(private_cache_env(store, case.case_id))
+    off_passes = _off_passed(store, case.case_id, data.run_ids)
     return Reference(
         case_id=case.case_id, script=Path(data.script), args=list(data.args),
         signature=data.signature, category=data.category or "unknown",
         exception_type=data.exception_type, message=data.message, env=env,
         duration_s=max(durations) if durations else 30.0, run_ids=list(data.run_ids),
-        script_sha256=data.script_sha256,
+        script_sha256=data.script_sha256, off_passes=off_passes,
     )
+
+
+def _off_passed(store: Store, case_id: str, run_ids: list[str]) -> bool:
+    """The reproduction's run with compilation off (the same command, beside its runs) passed."""
+    from pt2_bug_basher.execution.repro import COMPILE_OFF_ENV
+
+    runs = store.runs(case_id)
+    proving = [r for r in runs if r.run_id in run_ids]
+    if not proving:
+        return False
+    first = proving[0]
+    off = [r for r in runs if r.argv == first.argv and r.result is not None
+           and all(r.env.get(k) == v for k, v in COMPILE_OFF_ENV.items())]
+    if not off:
+        return False
+    nearest = min(off, key=lambda r: abs(r.started_at - first.started_at))
+    return nearest.result is not None and nearest.result.get("failed") is False
 
 
 def fake_result(run_id: str, outcome: ProcessOutcome, stdout: Path, stderr: Path) -> RunResult:
@@ -173,6 +198,7 @@ async def localize(
     serve them (execution/warm.py), else fresh processes."""
     timeout = run_timeout(ref)
     limiter = limiter or anyio.CapacityLimiter(usable_cpus())
+    oracle = ref.oracle(TRIAL, script)
 
     def command(backend: str, dynamic: str) -> list[str]:
         argv = [case.python, str(LAUNCHER), "--backend", backend]
@@ -188,7 +214,7 @@ async def localize(
                                    label=f"localize backend={backend} dynamic={dynamic}")
         verdict = run_failure(result)
         compiled = LAUNCHER_MARK in result.stderr_text(4 * 1024 * 1024)
-        match = same_failure(verdict, ref.failure, RERUN_OR_ACCURACY).level
+        match = oracle.judge_failure(verdict).level
         row = LadderRow(backend=backend, dynamic=dynamic, outcome=_outcome(verdict, match, compiled), match=match,
                         failure=None if not verdict.failed else describe(verdict)[:300], run_id=result.run_id,
                         seconds=round(result.outcome.duration_s, 1))  # the run's own, not a warm interpreter's start
@@ -270,19 +296,19 @@ async def localize(
                   "exact signature where it holds, else exception type + normalised message with backend names "
                   "removed" + (" (accuracy: same category)" if "category" in matches else ""))
     cid = case.case_id
+    # the reducer the layer calls for: (mode, after)
+    reducer: tuple[str, str | None] = ("source", None)
     if first is None:
         layer, meaning = "unknown", (
             "no backend on the ladder fails the case's way: the failure needs the script's own backend or "
             "options (a custom backend, mode=..., config), or does not come from compilation.")
-        minify_call = f'minify(case_id="{cid}", mode="source")'
     else:
         layer, meaning = _MEANING[first]
-        if first == "eager":
-            minify_call = f'minify(case_id="{cid}", mode="source")'
-        elif first == "inductor":
-            minify_call = f'minify(case_id="{cid}", mode="fx", after="aot")'
-        else:
-            minify_call = f'minify(case_id="{cid}", mode="fx", after="dynamo")'
+        if first == "inductor":
+            reducer = ("fx", "aot")
+        elif first != "eager":
+            reducer = ("fx", "dynamo")
+    minify_call = format_call(ToolName.minify, case_id=cid, mode=reducer[0], after=reducer[1])
     dynamo, suspects = decisions[0] if decisions else (None, [])
     if dynamo is not None and dynamo.flags:
         notes.append(f"Dynamo's guards (run {dynamo.run_id}): {dynamo.flags[0].text}; see dynamo and suspects.")
@@ -293,7 +319,7 @@ async def localize(
         next_step=f'Reduce it: minify(case_id="{cid}", mode="auto") (from this localisation it runs {minify_call}).',
     )
     judged = minimal.judge(script.read_text(errors="replace"))
-    if judged.small and not judged.minimal and 'mode="source"' in minify_call:
+    if judged.small and not judged.minimal and reducer[0] == "source":
         result.next_step = (f"The repro is small already ({judged.describe()}): "
                             f'minify(case_id="{cid}", mode="auto") polishes it within a budget of about '
                             f"{judged.polish_budget_s:.0f} s and completes step 3 ({minify_call} would take "

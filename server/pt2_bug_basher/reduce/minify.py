@@ -11,17 +11,18 @@ from pathlib import Path
 import anyio
 from pydantic import BaseModel, Field
 
-from pt2_bug_basher.analysis.compare import RERUN, RERUN_OR_ACCURACY, describe, run_failure, same_failure
+from pt2_bug_basher.analysis.compare import CANDIDATE, TRIAL, Match, Rules, describe, run_failure
 from pt2_bug_basher.case.store import CaseRecord, Store
 from pt2_bug_basher.domain.errors import BugBasherError, InvalidInput, NotFound
 from pt2_bug_basher.domain.evidence import ReduceEvidence
 from pt2_bug_basher.domain.names import Step
 from pt2_bug_basher.execution.cpus import usable_cpus
-from pt2_bug_basher.execution.runs import execute
+from pt2_bug_basher.execution.repro import COMPILE_OFF_ENV
+from pt2_bug_basher.execution.runs import RunResult, execute
 from pt2_bug_basher.execution.warm import WarmRequest
 from pt2_bug_basher.playbooks import PLAYBOOKS
 from pt2_bug_basher.reduce import minimal
-from pt2_bug_basher.reduce.ladder import Reference, run_timeout
+from pt2_bug_basher.reduce.ladder import LAUNCHER, Reference, run_timeout
 
 MODES = ("auto", "fx", "source")
 AFTERS = ("aot", "dynamo")
@@ -62,7 +63,8 @@ class MinifyResult(BaseModel):
     before: dict[str, int] = Field(default_factory=dict, description="size before: lines/bytes/statements or nodes")
     after: dict[str, int] = Field(default_factory=dict)
     confirmed: bool = Field(False, description="the reduced repro, run alone in a separate process, fails the "
-                                                "case's way")
+                                                "case's way after a compiled call (and, where the case passed "
+                                                "with compilation off, does not fail that way with it off)")
     comparison: str | None = Field(None, description="signature, exception or category: how it matched")
     minimized_failure: str | None = None
     confirm_run_id: str | None = None
@@ -203,12 +205,9 @@ async def _already_minimal(store: Store, case: CaseRecord, ref: Reference, scrip
                             "the case's way every time")
     else:
         await progress("already minimal: confirming it fails the case's way in a fresh process")
-        confirm = await execute(store, case, [case.python, str(script), *ref.args], tool="minify",
-                                cwd=cwd or script.parent, env_add=ref.env, timeout_s=run_timeout(ref),
-                                progress=progress, label="confirm run (already minimal)",
-                                warm=WarmRequest())
+        confirm, match = await confirm_run(store, case, ref, script, TRIAL, cwd=cwd or script.parent,
+                                           progress=progress, label="confirm run (already minimal)")
         seen = run_failure(confirm)
-        match = same_failure(seen, ref.failure, RERUN_OR_ACCURACY)
         result.confirmed, result.comparison = match.matches, match.level
         result.minimized_failure, result.confirm_run_id = describe(seen), confirm.run_id
         if match.matches:
@@ -328,18 +327,33 @@ async def _source(store, case, ref, script, budget_s, progress, work, result: Mi
     confirm_script = confirm_dir / script.name
     shutil.copyfile(target, confirm_script)
     await progress("source reducer: confirming the reduced repro in a fresh process")
-    confirm = await execute(store, case, [case.python, str(confirm_script), *ref.args], tool="minify",
-                            cwd=run_cwd, env_add=ref.env, timeout_s=run_timeout(ref), progress=progress,
-                            label="confirm run", warm=WarmRequest())
+    confirm, judged = await confirm_run(store, case, ref, confirm_script, CANDIDATE, cwd=run_cwd, progress=progress,
+                                        label="confirm run")
     verdict = run_failure(confirm)
-    match = same_failure(verdict, ref.failure, RERUN).level
-    result.confirmed = match in ("signature", "exception")
-    result.comparison = match
+    result.confirmed = judged.matches
+    result.comparison = judged.level
     result.minimized_failure = describe(verdict)
     result.confirm_run_id = confirm.run_id
     if not result.confirmed:
-        result.notes.append(f"the reduced file, run alone, does not fail the case's way ({describe(verdict)}); "
+        result.notes.append(f"the reduced file, run alone, does not reproduce the case ({judged.reason}); "
                             "it reproduced inside the reducer only")
+
+
+async def confirm_run(store: Store, case: CaseRecord, ref: Reference, script: Path, rules: Rules, *, cwd: Path,
+                      progress, label: str) -> tuple[RunResult, Match]:
+    """A reduction's result, judged by the case's oracle: one recorded run through the launcher (its report
+    of what compiled), and where the case passed with compilation off, one more run with it off."""
+    argv = [case.python, str(LAUNCHER), "--no-mark", "--", str(script), *ref.args]
+    oracle = ref.oracle(rules, script)
+    confirm = await execute(store, case, argv, tool="minify", cwd=cwd, env_add=ref.env, timeout_s=run_timeout(ref),
+                            progress=progress, label=label, warm=WarmRequest())
+    judged = oracle.judge(confirm)
+    if not judged.matches or not ref.off_passes:
+        return confirm, judged
+    off = await execute(store, case, argv, tool="minify", cwd=cwd, env_add={**ref.env, **COMPILE_OFF_ENV},
+                        timeout_s=run_timeout(ref), progress=progress, label=f"{label} with compilation off",
+                        warm=WarmRequest())
+    return confirm, oracle.confirm(confirm, off)
 
 
 def _record(store: Store, case: CaseRecord, result: MinifyResult) -> None:

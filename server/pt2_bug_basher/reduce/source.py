@@ -1,7 +1,9 @@
 """The source-level reducer: shrink the repro script itself while it still fails the case's way.
 
 Phases, each under the same predicate (the candidate, run as a script, fails with the case's
-failure: `analysis.compare.same_failure` at 'signature' or 'exception' level):
+failure by the case's oracle, `analysis.compare.Oracle` with the CANDIDATE rules: at 'signature' or
+'exception' level, after a compiled call; for an accuracy case that passed with compilation off,
+a candidate that matches is run once more with compilation off and must not fail that way there):
 
 1. statements — delta debugging over every statement list (module, class and function bodies,
    `if __name__ == "__main__":` ...), outermost first; the removal candidates of one granularity
@@ -37,7 +39,8 @@ import anyio
 import anyio.from_thread
 import anyio.to_thread
 
-from pt2_bug_basher.analysis.compare import RERUN, run_failure, same_failure
+from pt2_bug_basher.analysis.compare import CANDIDATE
+from pt2_bug_basher.execution.repro import COMPILE_OFF_ENV
 from pt2_bug_basher.reduce.evaluate import Evaluator
 from pt2_bug_basher.reduce.ladder import Reference
 from pt2_bug_basher.reduce.minimal import count_statements
@@ -70,6 +73,7 @@ class ReducerStats:
     evaluations: int = 0
     cache_hits: int = 0
     static_rejects: int = 0
+    off_runs: int = 0
     eval_seconds: float = 0.0
     interesting: int = 0
     budget_exhausted: bool = False
@@ -119,6 +123,9 @@ class SourceReducer:
         self._static_filter = static_filter
         self._settings: frozenset[str] = frozenset()  # the compiler settings of the source being reduced
         self._extra_path = [str(ref.script.parent)]
+        self.oracle = ref.oracle(CANDIDATE, work_dir / name)
+        # accuracy: an assertion may fail whatever the values are; only the compile-off run tells
+        self._off_each = ref.off_passes and ref.category == "accuracy"
 
     # -- the predicate ---------------------------------------------------------------
 
@@ -161,13 +168,20 @@ class SourceReducer:
             timeout_s = min(self.timeout_s, max(1.0, self.deadline - started))
             result = await self.evaluator.run(script, self.ref.args, cwd=self.cwd, out_dir=cand_dir,
                                               timeout_s=timeout_s, extra_path=self._extra_path)
+            judged = self.oracle.judge(result)
+            if judged.matches and self._off_each and not result.outcome.timed_out:
+                off = await self.evaluator.run(script, self.ref.args, cwd=self.cwd, out_dir=cand_dir / "off",
+                                               timeout_s=timeout_s, extra_path=self._extra_path,
+                                               env=COMPILE_OFF_ENV)
+                judged = self.oracle.confirm(result, off)
+                self.stats.off_runs += 1
             self.stats.eval_seconds += time.monotonic() - started
             self.stats.evaluations += 1
         if result.outcome.timed_out and timeout_s < self.timeout_s:
             self.stats.budget_exhausted = True  # cut by the budget: neither interesting nor known not to be
             return False
-        match = same_failure(run_failure(result), self.ref.failure, RERUN).level
-        ok = match in ("signature", "exception")
+        match = judged.level
+        ok = judged.matches
         self.cache[key] = ok
         if ok:
             self.stats.interesting += 1

@@ -7,7 +7,7 @@ from pathlib import Path
 import anyio
 from pydantic import BaseModel, Field
 
-from pt2_bug_basher.analysis.compare import Failure, new_test, same_failure
+from pt2_bug_basher.analysis.compare import Failure, Oracle, new_test
 from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.case.workflow import Workflow
 from pt2_bug_basher.domain.errors import InvalidInput
@@ -116,7 +116,7 @@ async def register_test(state: AppState, case_id: str, test_file: str, test_name
         result.comparison = (f"the test errored outside its body (setup or teardown): {info.message[:300]}; "
                              "that is not the bug")
         return _refused(state, flow, result, check, tree_hash, retry)
-    match = same_failure(seen, Failure.recorded(repro), new_test(check.test_file))
+    match = Oracle(Failure.recorded(repro), new_test(check.test_file)).judge_failure(seen)
     result.comparison = match.reason
     if not match.matches:
         return _refused(state, flow, result, check, tree_hash, retry)
