@@ -126,8 +126,7 @@ async def celebrate(state: AppState, case_id: str, root_cause: str, fix_summary:
     main_ref = main_check.payload(MainCheckEvidence).ref if main_check else "main"
     tidy = (f"The working tree holds untracked files (worktree_warnings): {', '.join(sorted(untracked))}; some may "
             "belong to the fix, others be scratch. " if untracked else "")
-    if uncommitted or untracked:
-        tidy += not_committed_note(sorted({*uncommitted, *untracked}))
+    tidy += not_committed_note(uncommitted)
     result.next_step = (f"Done. Share the celebration and the summary with the user; the summary doubles as the PR "
                         f"description. {tidy}Remove the worktree when you no longer need it: "
                         f'make_worktree(case_id="{case_id}", action="remove", ref="{main_ref}")')

@@ -131,7 +131,8 @@ async def classify_error(
             out.suspects = []
             out.guide = out.guide.model_copy(update={
                 "source_files": [backend.file] if backend else [], "test_files": [], "not_present": [],
-                "config_knobs": [], "minify_level": None, "log_preset": None})
+                "config_knobs": [], "minify_level": None, "minify_after": None, "minify_mode": None,
+                "outside_graph": None, "log_preset": None})
             if own_kernel:
                 out.phase = None
         else:
@@ -272,7 +273,8 @@ def _rule_note(result: Classification, text: str = "") -> str:
 
 def _by_design_guide(current: CategoryGuide, found: ByDesign, repo: Path | None) -> CategoryGuide:
     """The guide of a refusal by design: the files that implement it, and none of the compiler's debugging knobs."""
-    knobless = current.model_copy(update={"config_knobs": [], "minify_level": None})
+    knobless = current.model_copy(update={"config_knobs": [], "minify_level": None, "minify_after": None,
+                                          "minify_mode": None, "outside_graph": None})
     return with_files(knobless, found.source_files, found.test_files, repo)
 
 
