@@ -62,7 +62,8 @@ class ClassifyResult(BaseModel):
     category: str = Field(description="with a case whose reproduction settled a category, that category: a "
                                       "reading of text alone does not overturn it (see readings)")
     secondary: list[str]
-    confidence: float
+    confidence: float = Field(description="1.0 when the category is the one the case's reproduction settled by "
+                                          "running it; else how sure the reading of the text is")
     readings: list[Reading] = Field(default_factory=list, description=(
         "set when the text alone reads otherwise than the category the case's reproduction settled: both "
         "readings, the reproduction's first (it stands)"))
