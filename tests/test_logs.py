@@ -19,7 +19,7 @@ EXAMPLES = REPO_ROOT / "examples"
 
 # What torch 2.13's registry holds (a subset is enough for validation tests).
 COMPONENTS = ["aot", "dynamic", "dynamo", "export", "inductor", "torch"]
-ARTIFACTS = ["aot_graphs", "graph_breaks", "graph_code", "guards", "output_code", "post_grad_graphs",
+ARTIFACTS = ["aot_graphs", "aot_joint_graph", "graph_breaks", "graph_code", "guards", "output_code", "post_grad_graphs",
              "recompiles", "recompiles_verbose", "schedule"]
 
 CATEGORIES = ["graph_break", "recompile", "dynamo_internal", "triton", "backend_compiler_failed", "accuracy",

@@ -124,15 +124,15 @@ async def test_celebrate_summary_is_paste_ready_and_fits_a_cpu_dynamo_case(mini:
     assert not any("scratch.py" in w for w in data["review_warnings"])
     assert "scratch.py" not in summary and "scratch.py" in data["next_step"]
     # The fix and the tests are still uncommitted: the branch's HEAD lacks them, and celebrate says so.
-    assert any(w.startswith("not committed:") and "pkg/ops.py" in w and "test/test_ops.py" in w
+    assert any(w.startswith("not committed yet:") and "pkg/ops.py" in w and "test/test_ops.py" in w
                for w in data["worktree_warnings"]), data["worktree_warnings"]
-    assert "Commit pkg/ops.py" in data["next_step"]
+    assert "The change is not committed yet (pkg/ops.py" in data["next_step"]  # a fact, not an instruction
     git(mini.repo, "add", "pkg/ops.py", "test/test_ops.py")
     git(mini.repo, "commit", "-q", "-m", "double: no validation")
     async with Client(mini.server) as client:
         committed = await call(client, "celebrate", case_id=case_id, root_cause="r" * 20, fix_summary="f" * 20)
-    assert not any(w.startswith("not committed:") for w in committed["worktree_warnings"]), committed
-    assert "Commit " not in committed["next_step"]
+    assert not any(w.startswith("not committed yet:") for w in committed["worktree_warnings"]), committed
+    assert "not committed yet" not in committed["next_step"]
     assert data["celebration"] not in summary
     # Every celebration fits a CPU-only Dynamo case, and none speaks of Triton, GPUs or other layers.
     category = mini.store.evidence(case_id, "reproduce")[-1].payload(ReproduceEvidence).category

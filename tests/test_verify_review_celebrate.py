@@ -140,8 +140,10 @@ async def test_verify_review_celebrate(mini: Mini):
         kinds = {f["kind"] for f in reviewed["findings"]}
         assert "debug_leftover" not in kinds and "test_missing" not in kinds
         assert "celebrate(" in reviewed["next_step"]
-        # the commit comes before celebrate, which checks that the branch holds the change
-        assert reviewed["next_step"].index("commit the fix and the test") < reviewed["next_step"].index("celebrate(")
+        # Whether to commit is the user's call: the review states the fact, and never says to commit.
+        said = reviewed["next_step"]
+        assert "The change is not committed yet (pkg/ops.py, test/test_ops.py" in said, said
+        assert not re.search(r"\bcommit (the|them|what)\b", said, re.I), said
         # Every file the checklist names is in this checkout or marked upstream; the example home is the case's.
         checklist = reviewed["checklist"]
         assert "the topical file for the area (the registered test is in `test/test_ops.py`), not in" in checklist
@@ -162,6 +164,10 @@ async def test_verify_review_celebrate(mini: Mini):
         assert {s["path"] for s in data["diff_stat"]} == {"pkg/ops.py", "test/test_ops.py"}
         assert data["waivers"] == [{"step": "reduce", "reason": "the repro is already two lines long"}]
         assert data["celebration"].strip()
+        assert "The change is not committed yet (pkg/ops.py, test/test_ops.py" in data["next_step"]
+        assert not re.search(r"\bcommit (the|them|what)\b", data["next_step"] + str(data["worktree_warnings"]),
+                             re.I), data
+        assert any(w.startswith("not committed yet: pkg/ops.py") for w in data["worktree_warnings"])
         assert "## Root cause" in data["summary"] and "double() rejected" in data["summary"]
         assert "reduce: the repro is already two lines long" in data["summary"]
         status = (await call(client, "get_workflow", case_id=case_id)).structured_content["case"]
@@ -493,4 +499,4 @@ async def test_review_against_a_real_branch(mini: Mini):
                            fix_summary="f" * 30)).structured_content
         assert ("scratch.py", "added") in {(f["path"], f["status"]) for f in done["diff_stat"]}
         assert not any("scratch.py is untracked" in w for w in done["worktree_warnings"]), done["worktree_warnings"]
-        assert "tidy the working tree" not in done["next_step"], done["next_step"]
+        assert "untracked files" not in done["next_step"], done["next_step"]

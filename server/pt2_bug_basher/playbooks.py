@@ -273,6 +273,13 @@ PLAYBOOKS: dict[str, Playbook] = {p.category: p for p in (
 # --------------------------------------------------------------------------------------------
 # Where localize puts the failure: the playbook, the source to read and the test files follow it
 
+# Presets named after a layer, not a category: what run_with_logs(logs=<name>) collects for a failure there.
+# torch 2.13 registers no artifact for AOTAutograd's generated runtime wrappers; aot_graphs prints the graph with
+# the fw_metadata the wrappers act on (mutated inputs, aliased outputs), +aot the aliasing and mutation decisions.
+LAYER_PRESETS: dict[str, str] = {
+    "aot_autograd": "aot_graphs,aot_joint_graph,+aot",
+}
+
 DYNAMIC_SHAPES = "dynamic shapes"
 DYNAMO_GUARDS = "Dynamo guards"
 
@@ -280,6 +287,8 @@ DYNAMO_GUARDS = "Dynamo guards"
 class LayerFiles(_Frozen):
     playbook: str = Field(description="the playbook for a failure in this layer when the category's playbook is "
                                       "written for another")
+    logs: str = Field(description="the step-6 preset (a key of torch_logs.PRESETS) for a failure in this layer when "
+                                  "the category's playbook does not cover it")
     source_files: list[str]
     test_files: list[str]
 
@@ -287,6 +296,7 @@ class LayerFiles(_Frozen):
 LAYERS: dict[str, LayerFiles] = {
     "Dynamo": LayerFiles(
         playbook="dynamo_internal",
+        logs="dynamo_internal",
         # tracing, and the guards that decide whether a compiled graph is reused
         source_files=["torch/_dynamo/symbolic_convert.py", "torch/_dynamo/variables/", "torch/_dynamo/guards.py",
                       "torch/_dynamo/output_graph.py", "torch/_dynamo/convert_frame.py",
@@ -298,6 +308,7 @@ LAYERS: dict[str, LayerFiles] = {
     # the guards and the recompiles that did not happen are the evidence, as for a recompile
     DYNAMO_GUARDS: LayerFiles(
         playbook="recompile",
+        logs="recompile",
         source_files=["torch/_dynamo/variables/builder.py", "torch/_dynamo/guards.py",
                       "torch/_dynamo/convert_frame.py", "torch/_dynamo/symbolic_convert.py"],
         test_files=["test/dynamo/test_recompiles.py", "test/dynamo/test_repros.py",
@@ -305,12 +316,14 @@ LAYERS: dict[str, LayerFiles] = {
     ),
     "AOTAutograd": LayerFiles(
         playbook="backend_compiler_failed",
+        logs="aot_autograd",
         source_files=["torch/_functorch/_aot_autograd/", "torch/_functorch/aot_autograd.py",
                       "torch/_functorch/partitioners.py", "torch/_subclasses/functional_tensor.py"],
         test_files=["test/functorch/test_aotdispatch.py", "test/dynamo/test_aot_autograd.py"],
     ),
     "decompositions": LayerFiles(
         playbook="backend_compiler_failed",
+        logs="backend_compiler_failed",
         source_files=["torch/_decomp/decompositions.py", "torch/_inductor/decomposition.py",
                       "torch/_refs/__init__.py", "torch/_functorch/partitioners.py"],
         test_files=["test/test_decomp.py", "test/inductor/test_torchinductor.py",
@@ -318,6 +331,7 @@ LAYERS: dict[str, LayerFiles] = {
     ),
     "Inductor": LayerFiles(
         playbook="backend_compiler_failed",
+        logs="backend_compiler_failed",
         source_files=["torch/_inductor/compile_fx.py", "torch/_inductor/graph.py", "torch/_inductor/lowering.py",
                       "torch/_inductor/ir.py", "torch/_inductor/scheduler.py", "torch/_inductor/codegen/"],
         test_files=["test/inductor/test_torchinductor.py", "test/inductor/test_cpu_repro.py",
@@ -325,6 +339,7 @@ LAYERS: dict[str, LayerFiles] = {
     ),
     DYNAMIC_SHAPES: LayerFiles(
         playbook="dynamic_shapes",
+        logs="dynamic_shapes",
         source_files=list(PLAYBOOKS["dynamic_shapes"].source_files),
         test_files=list(PLAYBOOKS["dynamic_shapes"].test_files),
     ),
@@ -387,11 +402,77 @@ def focus(category: str | None, layer: str | None) -> Focus:
 
 
 def log_preset(category: str | None, layer: str | None = None) -> str:
-    """The logs preset for the case's step 6: the playbook's that localize's layer calls for (the recompile
-    preset, guards and recompiles, when the guards run flagged a stale entry), or the general one."""
-    chosen = focus(category, layer).playbook if layer else (category or "")
-    playbook = PLAYBOOKS.get(chosen)
-    return chosen if playbook is not None and playbook.logs else "unknown"
+    """The logs preset for the case's step 6, per (category, layer): the category's own when its playbook covers
+    localize's layer, else the layer's (the recompile preset when the guards run flagged a stale entry, the AOT
+    graphs for AOTAutograd); the general one when neither has a preset."""
+    own = PLAYBOOKS.get(category or "")
+    area = LAYERS.get(layer or "")
+    if area is not None and own is not None and own.category != _NOT_A_COMPILER_BUG \
+            and layer not in COVERS.get(own.category, ()):
+        return area.logs
+    return own.category if own is not None and own.logs else "unknown"
+
+
+class BlindSpot(_Frozen):
+    """A (category, layer) whose bug lies outside the compiled graph: its graph's outputs match eager, so neither
+    the FX minifier nor the kernels in the debug artifacts show it."""
+
+    note: str
+    minify: MinifyPlan
+    config_knobs: list[str]
+    source_files: list[str]
+    test_files: list[str]
+
+
+BLIND_SPOTS: dict[tuple[str, str], BlindSpot] = {
+    # a wrong result localize puts in AOTAutograd (aot_eager fails, eager passes): the graph is right, and what
+    # runs around it (input mutations written back, outputs regenerated as aliases, the epilogues) is not
+    ("accuracy", "AOTAutograd"): BlindSpot(
+        note=("localize put a wrong result in AOTAutograd: the compiled graph computes the right values and the "
+              "fault is in what runs around it (input mutations copied back, outputs regenerated as views or "
+              "aliases of inputs, the runtime wrappers). The FX minifier compares graph outputs, so after aot it "
+              "cannot see the bug and after dynamo only when the wrong value is a graph output; the kernels in the "
+              "debug artifacts match eager. Reduce the script itself, and read the runtime wrappers and the "
+              "metadata they act on (fw_metadata in the aot_graphs log: mutated inputs, aliased outputs)."),
+        minify=MinifyPlan(mode="source", note="the FX minifier cannot see a bug outside the graph"),
+        config_knobs=['torch.compile(backend="aot_eager") (AOTAutograd without Inductor: the same wrappers)',
+                      "TORCH_LOGS=aot_graphs (fw_metadata: input_info mutations, output_info aliasing)"],
+        source_files=["torch/_functorch/_aot_autograd/runtime_wrappers.py",
+                      "torch/_functorch/_aot_autograd/input_output_analysis.py",
+                      "torch/_functorch/_aot_autograd/collect_metadata_analysis.py",
+                      "torch/_functorch/_aot_autograd/functional_utils.py",
+                      "torch/_functorch/_aot_autograd/schemas.py"],
+        test_files=["test/functorch/test_aotdispatch.py", "test/dynamo/test_aot_autograd.py"],
+    ),
+}
+
+
+def blind_spot(category: str | None, layer: str | None) -> BlindSpot | None:
+    return BLIND_SPOTS.get((category or "", layer or ""))
+
+
+def minify_plan(category: str | None, layer: str | None) -> MinifyPlan:
+    """The minifier for a category (its level follows the failure kind: 4 compares values, 2 checks for the
+    error), after the layer localize found: dynamo when the graph AOTAutograd produces is not at fault, aot after
+    it; source where the FX minifier cannot see the bug."""
+    spot = blind_spot(category, layer)
+    if spot is not None:
+        return spot.minify
+    plan = (PLAYBOOKS.get(category or "") or PLAYBOOKS["unknown"]).minify
+    if plan.mode != "fx" or (layer or "") not in _AFTER_FOR_LAYER:
+        return plan
+    after = _AFTER_FOR_LAYER[layer or ""]
+    if after is None:
+        return MinifyPlan(mode="source", note=f"a bug in {layer} is in the captured graph itself: the FX minifier "
+                                              "compares that graph with itself")
+    return plan.model_copy(update={"after": after})
+
+
+# where TORCHDYNAMO_REPRO_AFTER cuts, per layer: the graph after AOTAutograd only holds a bug of a later layer;
+# None: the FX minifier cannot see the layer's bugs (it runs the graph Dynamo captured both ways)
+_AFTER_FOR_LAYER: dict[str, Literal["aot", "dynamo"] | None] = {
+    "Dynamo": None, DYNAMO_GUARDS: None, "AOTAutograd": "dynamo", "decompositions": "aot", "Inductor": "aot",
+}
 
 
 def _unique(items: list[str]) -> list[str]:
@@ -414,6 +495,12 @@ class CategoryGuide(BaseModel):
     layer: str | None = Field(None, description="the layer localize found; the playbook and the files follow it")
     log_preset: str | None = Field(None, description="the TORCH_LOGS spec to collect for this category")
     minify_level: int | None = Field(None, description="TORCHDYNAMO_REPRO_LEVEL for the FX minifier, if it applies")
+    minify_after: Literal["aot", "dynamo"] | None = Field(None, description="TORCHDYNAMO_REPRO_AFTER for the FX "
+                                                                            "minifier, if it applies")
+    minify_mode: Literal["fx", "source", "auto"] | None = Field(None, description="minify(mode=...) that fits")
+    outside_graph: str | None = Field(None, description=(
+        "set when the bug lies outside the compiled graph (its outputs match eager): why the FX minifier and the "
+        "kernels cannot show it, and where to read instead"))
     config_knobs: list[str] = Field(default_factory=list)
     source_files: list[str] = Field(default_factory=list, description="source to read, in order; with a case, only "
                                                                       "files present in its repository")
@@ -434,11 +521,29 @@ def guide(category: str, layer: str | None = None, repo: Path | None = None) -> 
     prompt = f'prompt "playbook" with category="{name}"'
     if found is None:
         return CategoryGuide(category=category, playbook=prompt)
+    plan = minify_plan(category if category in PLAYBOOKS else None, layer)
+    preset = log_preset(category, layer) if layer in LAYERS else found.category
+    knobs = [k for k in found.config_knobs if not k.startswith(_MINIFY_KNOBS)]
+    if plan.mode == "fx" and plan.level is not None:
+        knobs = [f"TORCHDYNAMO_REPRO_AFTER={plan.after or 'aot'}", f"TORCHDYNAMO_REPRO_LEVEL={plan.level}", *knobs]
+    spot = blind_spot(category, layer)
+    if spot is not None:
+        knobs = list(spot.config_knobs)
     result = CategoryGuide(
-        category=category, layer=layer if layer in LAYERS else None, log_preset=found.logs,
-        minify_level=found.minify.level, config_knobs=list(found.config_knobs), playbook=prompt,
+        category=category, layer=layer if layer in LAYERS else None,
+        log_preset=PRESETS_SPEC.get(preset) or found.logs,
+        minify_level=plan.level if plan.mode != "source" else None,
+        minify_after=plan.after if plan.mode == "fx" else None,
+        minify_mode=plan.mode, config_knobs=knobs, playbook=prompt, outside_graph=spot.note if spot else None,
     )
+    if spot is not None:
+        return with_files(result, spot.source_files, spot.test_files, repo)
     return with_files(result, chosen.source_files, chosen.test_files, repo)
+
+
+_MINIFY_KNOBS = ("TORCHDYNAMO_REPRO_AFTER=", "TORCHDYNAMO_REPRO_LEVEL=")
+# every step-6 preset by name: the categories' and the layers'
+PRESETS_SPEC: dict[str, str] = {**{name: p.logs for name, p in PLAYBOOKS.items() if p.logs}, **LAYER_PRESETS}
 
 
 def with_files(current: CategoryGuide, source_files: list[str], test_files: list[str],
@@ -465,9 +570,11 @@ def diagnostic_call(category: str, case_id: str | None, script: str | None) -> s
 
 def logs_argument_description() -> str:
     """run_with_logs' `logs` argument, described from the table: every preset and what it sets besides TORCH_LOGS."""
-    names = [name for name, playbook in PLAYBOOKS.items() if playbook.logs]
+    names = [name for name, playbook in PLAYBOOKS.items() if playbook.logs] + list(LAYER_PRESETS)
     extras = []
     for name in names:
+        if name not in PLAYBOOKS:
+            continue
         playbook = PLAYBOOKS[name]
         sets = [f"{key}={value}" for key, value in playbook.env.items()]
         sets += [f"Inductor's {key}" for key in playbook.inductor_config]

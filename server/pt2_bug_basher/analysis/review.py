@@ -307,3 +307,12 @@ def changed_source_lines(diff: Diff) -> dict[str, list[int]]:
 
 def main_ref_for(main_check: MainCheckEvidence | None) -> str:
     return (main_check.ref if main_check else None) or "main"
+
+
+def not_committed_note(files: list[str]) -> str:
+    """A fact, not an instruction: whether to commit is the user's call."""
+    if not files:
+        return ""
+    shown = ", ".join(files[:10]) + (f" and {len(files) - 10} more" if len(files) > 10 else "")
+    return (f"The change is not committed yet ({shown} differ from HEAD or are untracked); the evidence is keyed "
+            "to the files' content, so committing it or not leaves the evidence standing. ")

@@ -36,12 +36,16 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
 from pt2_bug_basher.analysis.failure import FRAME_LINE
 from pt2_bug_basher.domain.errors import InvalidInput
-from pt2_bug_basher.playbooks import PLAYBOOKS
+from pt2_bug_basher.playbooks import LAYER_PRESETS, PLAYBOOKS
+
+if TYPE_CHECKING:
+    from pt2_bug_basher.artifacts.output_code import OutputCode
 
 # --------------------------------------------------------------------------------------------
 # Presets and validation
@@ -50,6 +54,7 @@ from pt2_bug_basher.playbooks import PLAYBOOKS
 # One preset per failure category, from the category table (playbooks.py), plus "graphs".
 PRESETS: dict[str, str] = {
     **{category: playbook.logs for category, playbook in PLAYBOOKS.items() if playbook.logs},
+    **LAYER_PRESETS,
     "graphs": "graph_code",  # every FX graph Dynamo captured
 }
 
@@ -649,26 +654,61 @@ def logged_output_code(text: str) -> list[tuple[str | None, str]]:
     return modules
 
 
+# the order kernels are excerpted in: what writes the output that differs, what feeds it, then the rest
+_WRITES_OUTPUT, _FEEDS_OUTPUT, _OTHER = 0, 1, 2
+
+
+def _output_ranks(code: OutputCode, item: int | None) -> dict[str, int]:
+    """Kernel name -> rank: the writers of graph output `item` (every output when None or out of range) first,
+    then the kernels that write what those read."""
+    from pt2_bug_basher.artifacts.dataflow import data_flow
+
+    flow = data_flow(code)
+    if flow is None or not flow.outputs:
+        return {}
+    indices = [item] if item is not None and item < len(flow.outputs) else range(len(flow.outputs))
+    writers = [w for i in indices if (buffer := flow.outputs[i]) and (w := flow.writer(buffer)) is not None]
+    ranks: dict[str, int] = {}
+    for writer in writers:
+        for read in flow.calls[writer].reads:
+            feeder = flow.writer(read, before=writer)
+            if feeder is not None and (kernel := flow.calls[feeder].kernel) is not None:
+                ranks.setdefault(kernel.name, _FEEDS_OUTPUT)
+    for writer in writers:
+        if (kernel := flow.calls[writer].kernel) is not None:
+            ranks[kernel.name] = _WRITES_OUTPUT
+    return ranks
+
+
 def logged_kernels(text: str, max_chars: int = MAX_KERNELS_CHARS) -> tuple[list[LoggedKernel], list[str]]:
-    """The kernels of the output code TORCH_LOGS=output_code printed, within max_chars of code in all, in
-    the order they were generated; and the names of those left out for room."""
+    """The kernels of the output code TORCH_LOGS=output_code printed, within max_chars of code in all: those that
+    write the graph output that differs first (the item an assertion names, when one graph was compiled; every
+    output otherwise), then those feeding them, then the rest in the order they were generated; and the names of
+    those left out for room."""
+    from pt2_bug_basher.artifacts.accuracy import mismatched_item
     from pt2_bug_basher.artifacts.output_code import parse_output_code
 
+    modules = [(compile_id, parse_output_code(module)) for compile_id, module in logged_output_code(text)]
+    item = mismatched_item(text) if len(modules) == 1 else None
+    ranked = []
+    for compile_id, parsed in modules:
+        ranks = _output_ranks(parsed, item)
+        ranked += [(ranks.get(k.name, _OTHER), compile_id, k) for k in parsed.kernels]
+    ranked.sort(key=lambda entry: entry[0])  # stable: generation order within a rank
     kept: list[LoggedKernel] = []
     left_out: list[str] = []
     seen: set[tuple[str, str]] = set()
     room = max_chars
-    for compile_id, module in logged_output_code(text):
-        for kernel in parse_output_code(module).kernels:
-            if (kernel.name, kernel.body) in seen:
-                continue
-            seen.add((kernel.name, kernel.body))
-            budget = min(MAX_KERNEL_CHARS, room - len(kernel.comment) - 40)
-            code = "\n".join(filter(None, [kernel.comment, kernel.excerpt(budget)])) if budget >= 200 else ""
-            if not code or len(code) > room:
-                left_out.append(kernel.name)
-                continue
-            room -= len(code)
-            kept.append(LoggedKernel(name=kernel.name, kind=kernel.kind, compile_id=f"[{compile_id}]" if compile_id
-                                     else None, source_nodes=kernel.source_nodes, aten_ops=kernel.aten_ops, code=code))
+    for _, compile_id, kernel in ranked:
+        if (kernel.name, kernel.body) in seen:
+            continue
+        seen.add((kernel.name, kernel.body))
+        budget = min(MAX_KERNEL_CHARS, room - len(kernel.comment) - 40)
+        code = "\n".join(filter(None, [kernel.comment, kernel.excerpt(budget)])) if budget >= 200 else ""
+        if not code or len(code) > room:
+            left_out.append(kernel.name)
+            continue
+        room -= len(code)
+        kept.append(LoggedKernel(name=kernel.name, kind=kernel.kind, compile_id=f"[{compile_id}]" if compile_id
+                                 else None, source_nodes=kernel.source_nodes, aten_ops=kernel.aten_ops, code=code))
     return kept, left_out

@@ -18,7 +18,13 @@ from pt2_bug_basher.case.store import EvidenceRecord, Store, WaiverRecord
 from pt2_bug_basher.domain.calls import format_call
 from pt2_bug_basher.domain.digest import python_source_digest
 from pt2_bug_basher.domain.errors import GateClosed, InvalidInput
-from pt2_bug_basher.domain.evidence import MainCheckEvidence, ReproduceEvidence, TestEvidence
+from pt2_bug_basher.domain.evidence import (
+    ClassifyEvidence,
+    LogsEvidence,
+    MainCheckEvidence,
+    ReproduceEvidence,
+    TestEvidence,
+)
 from pt2_bug_basher.domain.names import Step, ToolName
 
 
@@ -220,14 +226,31 @@ class Workflow:
         ref = record.payload(MainCheckEvidence).ref
         return STOPPED_MAIN.format(ref=ref, case_id=self.case.case_id)
 
+    def current_script(self) -> str | None:
+        """The case's current repro: the script the agent ran last to a step's evidence (the reproduction's, or
+        a reduced repro a later logged run ran)."""
+        scripts = {Step.reproduce.value: lambda r: r.payload(ReproduceEvidence).script,
+                   Step.logs.value: lambda r: r.payload(LogsEvidence).script}
+        return next((found for record in reversed(self._evidence) if record.ok and record.step in scripts
+                     and (found := scripts[record.step](record))), None)
+
+    def category(self) -> str | None:
+        """The case's category: the classification's, else the reproduction's."""
+        classified = self.latest_ok(Step.classify)
+        if classified is not None and (found := classified.payload(ClassifyEvidence).category):
+            return found
+        reproduced = self.latest_ok(Step.reproduce)
+        return reproduced.payload(ReproduceEvidence).category if reproduced is not None else None
+
     def _fill(self, call: str) -> str:
         """The call's template slots filled from what the case holds: the repro, its preset, the run to classify."""
         good = self.latest_ok(Step.reproduce)
         if good is None:
             return call
         repro = good.payload(ReproduceEvidence)
-        if repro.script:
-            call = call.replace("<repro.py>", repro.script)
+        script = self.current_script()
+        if script:
+            call = call.replace("<repro.py>", script)
         from pt2_bug_basher.playbooks import layer_of, log_preset
 
         preset = log_preset(repro.category, layer_of(self.localization))
@@ -280,6 +303,8 @@ class Workflow:
             status.evidence, status.run_id = latest.summary, latest.run_id
             stops = spec.step == Step.main_check or (spec.step == Step.reproduce and self.user_error() is not None)
             status.status = "stopped" if stops else "failed"
+        if status.status == "failed" and spec.step in _WAY_FORWARD:
+            status.tool_call = _WAY_FORWARD[spec.step](self)  # the same call would fail the same way
         if status.status != "done" and self.waiver(spec.step) is not None:
             status.status = "waived"
             status.evidence = f"waived: {self.waiver(spec.step).reason}"  # type: ignore[union-attr]
@@ -344,6 +369,24 @@ class Workflow:
                          'source")')
             return text
         return "All steps are complete. Well done."
+
+
+def _past_classification(flow: Workflow) -> str:
+    """Classifying the same run's text again reads it the same way: localize's backend ladder says which layer
+    fails when it has not run; after it, the classification is waived on what the case has."""
+    cid = flow.case.case_id
+    if flow.localization is None:
+        return flow._fill(format_call(ToolName.localize, case_id=cid, script="<repro.py>"))
+    layer = flow.localization.layer or "no layer"
+    return format_call(ToolName.waive_step, case_id=cid, step=Step.classify.value,
+                       reason=f"no rule places the run's text and the reproduction settled no category; localize "
+                              f"found {layer} (first failing backend: {flow.localization.first_failing})")
+
+
+# A failed step whose own call is deterministic (the same input reads the same way): the way forward instead.
+_WAY_FORWARD: dict[Step, Callable[[Workflow], str]] = {
+    Step.classify: _past_classification,
+}
 
 
 def waive(store: Store, case_id: str, step: str, reason: str) -> WaiverRecord:

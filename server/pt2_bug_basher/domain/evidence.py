@@ -87,6 +87,7 @@ class MainCheckEvidence(EvidencePayload):
 class LogsEvidence(EvidencePayload):
     logs: str | None = None
     run_ids: list[str] = Field(default_factory=list)
+    script: str | None = Field(None, description="the script the logged run ran: the case's current repro from then")
 
 
 class EvidenceLineRecord(BaseModel):
@@ -101,6 +102,8 @@ class ClassifyEvidence(EvidencePayload):
     evidence: list[EvidenceLineRecord] = Field(default_factory=list)
     compile_mode: str | None = None
     phase: str | None = None
+    text_category: str | None = Field(None, description="what the text alone read, where it differs from the "
+                                                        "category the reproduction settled (which stands)")
 
 
 class ArtifactsEvidence(EvidencePayload):

@@ -16,6 +16,7 @@ from pt2_bug_basher.domain.evidence import ArtifactsEvidence, LogsEvidence, Repr
 from pt2_bug_basher.domain.names import Step, ToolName
 from pt2_bug_basher.execution.repro import check_args
 from pt2_bug_basher.execution.runs import ProgressFn, check_env_additions, check_timeout
+from pt2_bug_basher.playbooks import blind_spot, layer_of, present_in
 from pt2_bug_basher.steps.reproduce import localized_layer
 
 
@@ -83,9 +84,11 @@ def resolve_target(
             f"on record; step 2 is run_with_logs(case_id=\"{case.case_id}\", script=\"<repro.py>\", repeat=2))."
         )
     repro = scripted[-1]
-    chosen = state.case_script(case, repro.script, "the case's reproduction script")
+    # the repro the agent ran last (a reduced one a logged run ran) is the case's current one
+    current = state.workflow(case.case_id).current_script() or repro.script
+    chosen = state.case_script(case, current, "the case's reproduction script")
     path = chosen.path
-    repro_args = args if args is not None else list(repro.args)
+    repro_args = args if args is not None else (list(repro.args) if current == repro.script else [])
     return Target([case.python, str(path), *repro_args], path.parent, str(path), source="reproduction",
                   note=copy_note(chosen))
 
@@ -126,6 +129,9 @@ async def next_step(state: AppState, result: CollectArtifactsResult, ok: bool, *
                 "or it fails before Inductor (Dynamo, AOTAutograd). Check stderr "
                 f"({result.stderr}); for Dynamo/AOT failures use run_with_logs with a logs preset or {call}, "
                 "trace=True).")
+    outside = _outside_graph(state, result.case_id)
+    if outside is not None:
+        return f"{outside} Then: {after}"
     failure = result.failure
     suspect = _first_suspect(state, result.case_id)
     if failure is not None and failure.accuracy and failure.output_kernels:
@@ -153,6 +159,19 @@ async def next_step(state: AppState, result: CollectArtifactsResult, ok: bool, *
                 f"what reached Inductor, and the stderr ({result.stderr}). Then: {after}")
     return (f"The run passed with TORCH_COMPILE_DEBUG ({result.exit}); the artifacts show the compiled code, but "
             "not the failure: check the script runs the failing configuration. Then: " + after)
+
+
+def _outside_graph(state: AppState, case_id: str) -> str | None:
+    """For a case whose bug lies outside the compiled graph (its outputs match eager): why no artifact shows it,
+    and the files to read instead (those the checkout has)."""
+    flow = state.workflow(case_id)
+    spot = blind_spot(flow.category(), layer_of(flow.localization))
+    if spot is None:
+        return None
+    choice = present_in(Path(flow.case.repo), spot.source_files)
+    files = choice.present or [f"{choice.upstream} (upstream PyTorch; not in this checkout)"]
+    return (f"{spot.note} None of these artifacts shows the fault: the generated code computes the graph, whose "
+            f"outputs match eager. Read {', '.join(files)}.")
 
 
 def _first_suspect(state: AppState, case_id: str) -> str | None:

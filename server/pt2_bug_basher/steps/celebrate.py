@@ -12,7 +12,7 @@ import anyio
 from pydantic import BaseModel, Field
 
 from pt2_bug_basher.analysis.failure_text import summarise_failure
-from pt2_bug_basher.analysis.review import FileStat, is_test_path
+from pt2_bug_basher.analysis.review import FileStat, is_test_path, not_committed_note
 from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.case.workflow import Waiver, Workflow
 from pt2_bug_basher.domain.errors import InvalidInput
@@ -97,8 +97,8 @@ async def celebrate(state: AppState, case_id: str, root_cause: str, fix_summary:
     on_change = [f.text for f in warnings if f.text not in on_tree]
     uncommitted = await anyio.to_thread.run_sync(lambda: uncommitted_files(Path(flow.case.repo)))
     if uncommitted:
-        on_tree.insert(0, f"not committed: {', '.join(uncommitted[:10])} differ from HEAD, so the branch does not "
-                          "hold the change the evidence was gathered on; commit them")
+        on_tree.insert(0, f"not committed yet: {', '.join(uncommitted[:10])} differ from HEAD, so the branch's "
+                          "HEAD does not hold the change the evidence was gathered on")
     failure = summarise_failure(test_data.message, test_data.exception_type) if test_data else None
     registered = _node_id(test_data) if test_data else "(waived)"
     added = [registered] if test_data else []
@@ -124,10 +124,9 @@ async def celebrate(state: AppState, case_id: str, root_cause: str, fix_summary:
                                                                  celebration=line))
     main_check = flow.latest(Step.main_check)
     main_ref = main_check.payload(MainCheckEvidence).ref if main_check else "main"
-    tidy = (f"Before opening the PR, tidy the working tree (worktree_warnings): {', '.join(sorted(untracked))} "
-            "is untracked; commit what belongs to the fix and delete the rest. " if untracked else "")
-    if uncommitted:
-        tidy += f"Commit {', '.join(uncommitted[:10])}: the branch's HEAD does not hold them yet. "
+    tidy = (f"The working tree holds untracked files (worktree_warnings): {', '.join(sorted(untracked))}; some may "
+            "belong to the fix, others be scratch. " if untracked else "")
+    tidy += not_committed_note(uncommitted)
     result.next_step = (f"Done. Share the celebration and the summary with the user; the summary doubles as the PR "
                         f"description. {tidy}Remove the worktree when you no longer need it: "
                         f'make_worktree(case_id="{case_id}", action="remove", ref="{main_ref}")')

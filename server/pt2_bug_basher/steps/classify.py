@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import anyio
 from pydantic import BaseModel, Field
@@ -50,10 +50,23 @@ class SimilarReportOut(BaseModel):
     similarity: float = Field(description="cosine similarity of the two texts' TF-IDF vectors, 0 to 1")
 
 
-class ClassifyResult(BaseModel):
+class Reading(BaseModel):
+    source: Literal["reproduction", "text"] = Field(description="reproduction: settled by running the case (the "
+                                                                "compiled runs and the compile-off run); text: "
+                                                                "read from the text alone")
     category: str
+    confidence: float | None = None
+
+
+class ClassifyResult(BaseModel):
+    category: str = Field(description="with a case whose reproduction settled a category, that category: a "
+                                      "reading of text alone does not overturn it (see readings)")
     secondary: list[str]
-    confidence: float
+    confidence: float = Field(description="1.0 when the category is the one the case's reproduction settled by "
+                                          "running it; else how sure the reading of the text is")
+    readings: list[Reading] = Field(default_factory=list, description=(
+        "set when the text alone reads otherwise than the category the case's reproduction settled: both "
+        "readings, the reproduction's first (it stands)"))
     evidence: list[EvidenceLineOut] = Field(description="verbatim lines that decided it, with 1-based line numbers")
     compile_mode: str | None = Field(None, description="torch.compile, strict_export or non_strict_export, if visible")
     phase: str | None = Field(None, description="trace, backend_compile or runtime, if visible")
@@ -119,7 +132,8 @@ async def classify_error(
             out.suspects = []
             out.guide = out.guide.model_copy(update={
                 "source_files": [backend.file] if backend else [], "test_files": [], "not_present": [],
-                "config_knobs": [], "minify_level": None, "log_preset": None})
+                "config_knobs": [], "minify_level": None, "minify_after": None, "minify_mode": None,
+                "outside_graph": None, "log_preset": None})
             if own_kernel:
                 out.phase = None
         else:
@@ -152,16 +166,26 @@ async def classify_error(
         return out
     case = state.store.get_case(case_id)
     if script is None:
-        repro = state.store.evidence(case_id, Step.reproduce.value)
-        script = next((e.payload(ReproduceEvidence).script for e in reversed(repro) if e.ok), None)
+        script = await anyio.to_thread.run_sync(lambda: state.workflow(case_id).current_script())
+    category: str = result.category
+    settled = _settled_category(state, case_id)
+    if settled is not None and settled != result.category:
+        # the reproduction ran the case with and without compilation: a reading of text cannot overturn it
+        out.readings = [Reading(source="reproduction", category=settled),
+                        Reading(source="text", category=result.category, confidence=result.confidence)]
+        category = out.category = settled
+        out.confidence = 1.0
+        out.suspects = exception_suspects(text or "") if category != "accuracy" else []
+    summary = (f"{category} (settled by the reproduction; the text alone reads {result.category} at "
+               f"{result.confidence:.2f})" if out.readings else f"{category} (confidence {result.confidence:.2f})")
     state.store.add_evidence(
-        case_id, Step.classify.value, result.category != "unknown",
-        f"{result.category} (confidence {result.confidence:.2f})"
-        + (f", also {', '.join(result.secondary)}" if result.secondary else ""),
+        case_id, Step.classify.value, category != "unknown",
+        summary + (f", also {', '.join(result.secondary)}" if result.secondary else ""),
         data=ClassifyEvidence(
-            category=result.category, secondary=list(result.secondary),
+            category=category, secondary=list(result.secondary),
             evidence=[EvidenceLineRecord(line_no=e.line_no, text=e.text, rule=e.rule) for e in result.evidence],
-            compile_mode=result.compile_mode, phase=result.phase),
+            compile_mode=result.compile_mode, phase=result.phase,
+            text_category=result.category if out.readings else None),
         run_id=run_id,
     )
     out.recorded = True
@@ -170,13 +194,13 @@ async def classify_error(
     if localized is not None and localized.suspects:  # localize's bisection outranks frames of a wrapped error
         known = {(t.file, t.line) for t in localized.suspects}
         out.suspects = [*localized.suspects, *(s for s in out.suspects if (s.file, s.line) not in known)]
-    out.guide = guide(result.category, layer, Path(case.repo))
+    out.guide = guide(category, layer, Path(case.repo))
     if (designed := _by_design(result)) is not None:
         out.guide = _by_design_guide(out.guide, designed, Path(case.repo))
     elif localized is not None and localized.suspects:  # the files localize pointed at come first
         named = [s.file for s in localized.suspects if s.file.endswith(".py") and (Path(case.repo) / s.file).is_file()]
         out.guide.source_files = list(dict.fromkeys([*named, *out.guide.source_files]))
-    playbook = focus(result.category, layer).playbook
+    playbook = focus(category, layer).playbook
 
     def from_state() -> tuple[str, str]:  # in a worker thread: the workflow may hash the tree
         flow = state.workflow(case_id)
@@ -184,8 +208,23 @@ async def classify_error(
         return next_diagnostic(state, flow, status, playbook, script), status.next_step
 
     out.diagnostic, out.next_step = await anyio.to_thread.run_sync(from_state)
-    out.next_step = _caveat(result) + _rule_note(result, text or "") + out.next_step
+    disagreement = (f"The reproduction settled {category} by running the case (compiled and with compilation "
+                    f"off); this text alone reads {result.category}, which does not overturn it. "
+                    if out.readings else "")
+    out.next_step = disagreement + ("" if out.readings else _caveat(result)) + _rule_note(result, text or "") \
+        + out.next_step
     return out
+
+
+# a reproduction that recorded these settled no category
+_UNSETTLED = {None, "unknown"}
+
+
+def _settled_category(state: AppState, case_id: str) -> str | None:
+    """The category the case's latest successful reproduction settled by running it, if any."""
+    records = state.store.evidence(case_id, Step.reproduce.value)
+    found = next((r.payload(ReproduceEvidence) for r in reversed(records) if r.ok), None)
+    return found.category if found is not None and found.category not in _UNSETTLED else None
 
 
 # rules whose line names the layer that raised, whatever wrapped it (a BackendCompilerFailed names the backend)
@@ -235,7 +274,8 @@ def _rule_note(result: Classification, text: str = "") -> str:
 
 def _by_design_guide(current: CategoryGuide, found: ByDesign, repo: Path | None) -> CategoryGuide:
     """The guide of a refusal by design: the files that implement it, and none of the compiler's debugging knobs."""
-    knobless = current.model_copy(update={"config_knobs": [], "minify_level": None})
+    knobless = current.model_copy(update={"config_knobs": [], "minify_level": None, "minify_after": None,
+                                          "minify_mode": None, "outside_graph": None})
     return with_files(knobless, found.source_files, found.test_files, repo)
 
 

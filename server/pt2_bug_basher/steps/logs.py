@@ -42,7 +42,7 @@ def record(store: Store, case: CaseRecord, result: RunWithLogsResult, spec: str 
     summary = f"TORCH_LOGS={spec}: " + ", ".join(counts)
     run_ids = [r.run_id for r in result.runs]
     store.add_evidence(case.case_id, Step.logs.value, True, summary, run_id=run_ids[0],
-                       data=LogsEvidence(logs=spec, run_ids=run_ids))
+                       data=LogsEvidence(logs=spec, run_ids=run_ids, script=result.script))
     result.recorded.append(Step.logs.value)
 
 

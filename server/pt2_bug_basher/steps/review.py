@@ -8,10 +8,12 @@ from pathlib import Path
 import anyio
 from pydantic import BaseModel, Field
 
-from pt2_bug_basher.analysis.review import FileStat, Finding
+from pt2_bug_basher.analysis.review import FileStat, Finding, not_committed_note
 from pt2_bug_basher.case.state import AppState
+from pt2_bug_basher.domain.calls import format_call
 from pt2_bug_basher.domain.evidence import FileStatRecord, FindingRecord, MainCheckEvidence, ReviewEvidence
 from pt2_bug_basher.domain.names import Step, ToolName
+from pt2_bug_basher.execution.gitstate import uncommitted_files
 from pt2_bug_basher.execution.lint import LintReport, lint_changed_lines
 from pt2_bug_basher.steps._registered import registered_test
 
@@ -57,6 +59,8 @@ async def review_changes(state: AppState, case_id: str) -> ReviewResult:
         return tree, diff, found, review.lint_targets(diff, repo), review.added_tests(diff, repo)
 
     tree, diff, found, targets, tests_added = await anyio.to_thread.run_sync(work)
+    pending = sorted({c.path for c in diff.files if c.status == "untracked"}
+                     | set(await anyio.to_thread.run_sync(uncommitted_files, repo)))
     lint = await lint_changed_lines(state.store, case, repo, targets, ToolName.review_changes.value)
     only_removed = sorted(c.path for c in diff.files if c.path.endswith(".py") and not c.added and not c.binary
                           and c.status != "deleted")
@@ -93,9 +97,8 @@ async def review_changes(state: AppState, case_id: str) -> ReviewResult:
                       f"{lint.on_changed_lines[0].where}). " if lint.on_changed_lines else "")
         next_step = (f"{lint_first}Apply the checklist to the diff; fix anything it turns up (then {redo}"
                      f'run_tests(case_id="{case_id}") and review_changes(case_id="{case_id}") again). '
-                     "When all holds, commit the fix and the test on your branch (the evidence is keyed to the "
-                     "files' content, so committing keeps it) and then "
-                     f'celebrate(case_id="{case_id}", root_cause="...", fix_summary="...")')
+                     f"{not_committed_note(pending)}When all holds: "
+                     + format_call(ToolName.celebrate, case_id=case_id, root_cause="...", fix_summary="..."))
     else:
         first = blocking[0]
         where = (f" at {first.file}:{first.line}" if first.file and first.line
