@@ -26,7 +26,8 @@ import traceback
 MARK = "PT2BB-SWEEP:"
 # Ops whose outputs are random or uninitialised: compiled and eager cannot agree.
 NONDETERMINISTIC_PREFIXES = ("rand", "normal", "bernoulli", "empty", "new_empty", "multinomial", "uniform",
-                             "nn.functional.dropout", "nn.functional.feature_alpha_dropout", "nn.functional.alpha_dropout",
+                             "nn.functional.dropout", "nn.functional.feature_alpha_dropout",
+                             "nn.functional.alpha_dropout",
                              "nn.functional.rrelu", "exponential", "geometric", "cauchy", "log_normal")
 MESSAGE_CHARS = 400
 
