@@ -117,8 +117,9 @@ def _leaves(value) -> list:
     return [x for x in tree_leaves(value) if isinstance(x, torch.Tensor)]
 
 
-def _run(fn, args, kwargs, grad: bool):
+def _run(fn, arguments, grad: bool):
     """fn's outputs, the arguments after the call (in-place ops write them), and the inputs' gradients."""
+    args, kwargs = arguments
     out = fn(*args, **kwargs)
     grads = []
     if grad:
@@ -152,7 +153,7 @@ def run_op_sample(index: dict, key: dict) -> tuple[str, str]:
     fn = op.inplace_variant if key["inplace"] else op.op
     args, kwargs = [sample.input, *sample.args], dict(sample.kwargs)
     try:
-        eager = _run(fn, *_clone((args, kwargs)), grad=key["requires_grad"])
+        eager = _run(fn, _clone((args, kwargs)), key["requires_grad"])
     except Exception as exc:  # the sample is not valid here: nothing to compare
         return "skip", f"eager raised {type(exc).__name__}: {exc}"
     torch._dynamo.reset()
@@ -162,7 +163,7 @@ def run_op_sample(index: dict, key: dict) -> tuple[str, str]:
 
     compiled_fn = torch.compile(call, backend=key["backend"], dynamic=key["dynamic"])
     try:
-        compiled = _run(compiled_fn, *_clone((args, kwargs)), grad=key["requires_grad"])
+        compiled = _run(compiled_fn, _clone((args, kwargs)), key["requires_grad"])
     except Exception as exc:
         return "error", f"{type(exc).__name__}: {exc}"
     for what, got, want in zip(("output", "arguments after the call", "gradients"), compiled, eager, strict=True):

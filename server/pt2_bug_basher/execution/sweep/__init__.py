@@ -37,9 +37,10 @@ from pt2_bug_basher.execution.runner import KILL_GRACE_S, ProcessOutcome, run_pr
 from pt2_bug_basher.execution.runs import ProgressFn
 from pt2_bug_basher.execution.warm import WarmRequest
 
-PROBE = Path(__file__).resolve().parents[1] / "_probes" / "sweep_probe.py"
+PROBE = Path(__file__).resolve().parents[2] / "_probes" / "sweep_probe.py"
 MARK = "PT2BB-SWEEP:"
 DEFAULT_BUDGET_S = 180.0
+TABLE_FILE = "table.json"  # a case sweep's full table, in its scratch directory
 # Time a shard gets past the budget: its interpreter's start (torch and op_db imports) and the sample it is on.
 STARTUP_ALLOWANCE_S = 120.0
 
@@ -264,10 +265,10 @@ async def run_sweep(spec: SweepSpec, target: Target, *, scratch_dir: Path, launc
                 done[SampleKey.model_validate(record["key"])] = record
         for raw in planned["planned"]:
             key = SampleKey.model_validate(raw)
-            record = done.get(key)
-            if record is not None:
-                result = SampleResult(key=key, outcome=record["outcome"], message=record.get("message", ""),
-                                      seconds=float(record.get("seconds", 0.0)))
+            got = done.get(key)
+            if got is not None:
+                result = SampleResult(key=key, outcome=got["outcome"], message=got.get("message", ""),
+                                      seconds=float(got.get("seconds", 0.0)))
             elif key == started_key:
                 result = SampleResult(key=key, outcome="timeout", message="its shard was killed while it ran")
             else:
@@ -304,3 +305,15 @@ def compare(fix: SweepRun, main: SweepRun) -> SweepComparison:
             continue
         comparison.main_reruns[ours.key.describe()] = other.rerun
     return comparison
+
+
+def table_rows(fix: SweepRun, main: SweepRun | None) -> list[dict[str, str | None]]:
+    """Every sample of a sweep, one row each: its description, outcome on each side, message and reruns."""
+    theirs = {r.key: r for r in main.results} if main else {}
+    rows: list[dict[str, str | None]] = []
+    for ours in fix.results:
+        other = theirs.get(ours.key)
+        rows.append({"sample": ours.key.describe(), "fix": ours.outcome, "main": other.outcome if other else None,
+                     "message": ours.message or (other.message if other else ""), "rerun": ours.rerun,
+                     "main_rerun": other.rerun if other else None})
+    return rows
