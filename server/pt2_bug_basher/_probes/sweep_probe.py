@@ -65,7 +65,7 @@ def enumerate_samples(spec: dict) -> tuple[list[dict], list[str]]:
     """Every sample key the spec asks for, in a fixed order; and the op names op_db lacks."""
     import torch
 
-    index = op_index()
+    index = op_index() if spec.get("ops") else {}
     keys: list[dict] = []
     unknown: list[str] = []
     limit = int(spec.get("max_samples_per_op", 4))
@@ -211,7 +211,7 @@ def sweep(spec_path: str, shard: str, deadline_s: float | None) -> int:
     keys, unknown = enumerate_samples(spec)
     planned = keys[mine::count]
     emit({"planned": planned, "total": len(keys), "unknown_ops": unknown if mine == 0 else []})
-    index = op_index()
+    index = op_index() if any(key["kind"] == "op" for key in planned) else {}
     for key in planned:
         if deadline_s is not None and time.monotonic() - started > deadline_s:
             emit({"key": key, "outcome": "not_run", "message": "the sweep's time budget ran out", "seconds": 0})

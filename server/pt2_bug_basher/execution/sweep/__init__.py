@@ -216,9 +216,10 @@ def _parse(stdout: Path) -> list[dict]:
 
 async def run_sweep(spec: SweepSpec, target: Target, *, scratch_dir: Path, launch: Launcher,
                     budget_s: float = DEFAULT_BUDGET_S, shards: int | None = None,
-                    progress: ProgressFn | None = None) -> SweepRun:
+                    grace_s: float = STARTUP_ALLOWANCE_S, progress: ProgressFn | None = None) -> SweepRun:
     """Run every sample of `spec` in `target`'s interpreter, in `shards` processes at once (default: one per
-    usable CPU, at most 4), stopping new samples after budget_s. Programs are written under scratch_dir."""
+    usable CPU, at most 4), starting no sample after budget_s; a shard still running grace_s later is killed
+    (its sample then reads timeout). Programs are written under scratch_dir."""
     started = time.monotonic()
     scratch_dir.mkdir(parents=True, exist_ok=True)
     programs: dict[str, str] = {}
@@ -238,7 +239,7 @@ async def run_sweep(spec: SweepSpec, target: Target, *, scratch_dir: Path, launc
         argv = [target.python, str(PROBE), "--spec", str(spec_path), "--shard", f"{index}/{count}",
                 "--deadline-s", str(budget_s)]
         outcome, stdout, run_id = await launch(argv, target.cwd, target.env_add,
-                                               budget_s + STARTUP_ALLOWANCE_S + 2 * KILL_GRACE_S,
+                                               budget_s + grace_s + 2 * KILL_GRACE_S,
                                                f"sweep {target.label} {index + 1}/{count}", progress)
         if run_id:
             run.run_ids.append(run_id)
