@@ -187,7 +187,7 @@ def case_launcher(store: Store, case: CaseRecord, tool: str) -> Launcher:
     async def launch(argv: list[str], cwd: Path, env_add: dict[str, str], timeout_s: float, label: str,
                      progress: ProgressFn | None) -> Launched:
         ran = await execute(store, case, argv, tool=tool, cwd=cwd, env_add=env_add, timeout_s=timeout_s,
-                            progress=progress, label=label, warm=WarmRequest())
+                            progress=progress, label=label, warm=WarmRequest(start=False))
         return ran.outcome, ran.stdout_path, ran.run_id
 
     return launch
