@@ -113,7 +113,8 @@ def test_compare_sorts_regressions_fixes_and_pre_existing():
 
 # -- the engine, on this interpreter -------------------------------------------------------------------
 
-PASSING = "import torch\nx = torch.ones(3)\ntorch.testing.assert_close(torch.compile(lambda t: t * 2, backend='eager')(x), x * 2)\n"
+PASSING = ("import torch\nx = torch.ones(3)\n"
+           "torch.testing.assert_close(torch.compile(lambda t: t * 2, backend='eager')(x), x * 2)\n")
 WRONG = "import torch\nassert torch.ones(2).sum().item() == 3, 'two, not three'\n"
 BROKEN = "import torch\nraise RuntimeError('the program itself broke')\n"
 
