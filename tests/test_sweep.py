@@ -40,7 +40,7 @@ import torch.nn.functional as F
 
 
 def f(x):
-    return F.hardsigmoid(x) + F.hardswish(x) + F.leaky_relu(x)
+    return F.hardsigmoid(F.hardswish(F.leaky_relu(x)))
 
 
 x = torch.linspace(-4, 4, 32)
@@ -81,13 +81,13 @@ HARDSWISH = _bug("hardswish", "torch/_decomp/decompositions.py",
 # -- the plan: ops and patterns from the case's text -------------------------------------------------
 
 def test_ops_come_from_the_compiled_functions_and_graphs():
-    assert ops_in_source(REPRO) == ["add", "leaky_relu", "hardsigmoid", "hardswish"]
+    assert ops_in_source(REPRO) == ["hardsigmoid", "hardswish", "leaky_relu"]
     # module-level calls build inputs; x += 1 is an in-place add
     assert ops_in_source("import torch\ndef f(x):\n    x += 1\n    return x.amin(1)\nx = torch.randn(3)\n") == \
         ["add_", "amin"]
     assert ops_in_graph_text("mul = torch.ops.aten.mul.Tensor(a, b)\naten.add_.Tensor(x, 1)") == ["mul", "add_"]
     spec, why = case_spec(CaseSweepInputs(sources=[REPRO], graph_texts=["torch.ops.aten.hardswish.default(x)"]))
-    assert [o.op for o in spec.ops][:2] == ["hardswish", "add"] and spec.backends == [BACKEND]
+    assert [o.op for o in spec.ops] == ["hardswish", "hardsigmoid", "leaky_relu"] and spec.backends == [BACKEND]
     assert not spec.programs and spec.dynamic == [False]
     inplace, _ = case_spec(CaseSweepInputs(sources=["def f(x):\n    x.mul_(2)\n    return x\n"], layer="AOTAutograd",
                                            first_failing="aot_eager"))
@@ -173,6 +173,7 @@ def ops_of(records: list[dict]) -> set[str]:
 
 
 @pytest.mark.anyio
+@pytest.mark.timeout(1500)  # five interpreters a side, each importing torch and op_db, on two shared cores
 async def test_sweep_finds_the_regression_the_repair_and_the_pre_existing_failure(checkout: TorchCheckout):
     root = checkout.checkout
     server = create_server(ServerConfig.from_options(repo=root))
@@ -191,7 +192,7 @@ async def test_sweep_finds_the_regression_the_repair_and_the_pre_existing_failur
         assert first["registered"].endswith(": passed"), first
         sweep = first["sweep"]
         assert sweep["compared_with_main"] and sweep["backend"] == BACKEND, sweep
-        assert {"add", "nn.functional.hardswish"} <= set(sweep["ops"]), sweep
+        assert set(sweep["ops"]) == {f"nn.functional.{op}" for op in ("hardsigmoid", "hardswish", "leaky_relu")}
         assert sweep["regression_count"] > 0 and ops_of(sweep["regressions"]) == {"nn.functional.hardswish"}
         assert sweep["also_fixed_count"] > 0 and ops_of(sweep["also_fixed"]) == {"nn.functional.hardsigmoid"}
         assert sweep["pre_existing_count"] > 0 and ops_of(sweep["pre_existing"]) == {"nn.functional.leaky_relu"}

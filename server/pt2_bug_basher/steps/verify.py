@@ -189,7 +189,8 @@ async def run_tests(state: AppState, case_id: str, tests: list[str] | None = Non
         _record_verification(state, case_id, result, merged, registered, registered_ids, nearby, tree_before,
                              tree_after)
     result.next_step = _next(case_id, result, registered, where)
-    if result.verified and not result.nearby and all(t.node_id in registered_ids for t in merged.tests):
+    if (result.verified and not result.nearby and not _swept(result.sweep)
+            and all(t.node_id in registered_ids for t in merged.tests)):
         result.next_step = _alone(case_id, flow) + result.next_step
     if result.verified:
         status = await state.status(case_id)
