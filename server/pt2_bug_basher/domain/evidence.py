@@ -126,6 +126,45 @@ class TestOutcomeRecord(BaseModel):
     outcome: str
 
 
+class SweepSampleRecord(BaseModel):
+    sample: str = Field("", description="op, sample index, dtype, requires_grad, backend, dynamic; or a program")
+    outcome: str = Field("", description="on the fix: pass, fail, error, skip, timeout, not_run")
+    main_outcome: str | None = Field(None, description="on main; None when main was not swept")
+    message: str = ""
+    rerun: str = Field("", description="one shell command that runs this sample alone on the fix")
+    main_rerun: str | None = None
+
+
+class SweepEvidence(EvidencePayload):
+    """The regression sweep run_tests ran beside the tests: the case's ops' OpInfo samples and its patterns'
+    programs, compiled against eager on the fix and on main."""
+
+    ops: list[str] = Field(default_factory=list)
+    backend: str | None = None
+    samples: int = Field(0, description="samples that ran on the fix (not skipped, not cut by the budget)")
+    counts: dict[str, int] = Field(default_factory=dict, description="outcomes on the fix")
+    main_counts: dict[str, int] = Field(default_factory=dict, description="outcomes on main")
+    compared_with_main: bool = False
+    regressions: list[SweepSampleRecord] = Field(default_factory=list, description="fail on the fix, pass on main")
+    also_fixed: list[SweepSampleRecord] = Field(default_factory=list, description="pass on the fix, fail on main")
+    pre_existing: list[SweepSampleRecord] = Field(default_factory=list, description="fail on both")
+    failing: list[SweepSampleRecord] = Field(default_factory=list, description="fail on the fix, main not swept")
+    regression_count: int = 0
+    also_fixed_count: int = 0
+    pre_existing_count: int = 0
+    wall_s: float = 0.0
+    table: str | None = Field(None, description="the full table's resource URI")
+    notes: list[str] = Field(default_factory=list)
+
+    def line(self) -> str:
+        """`N samples of M ops swept, R regressions, K also fixed` (and pre-existing failures)."""
+        text = f"{self.samples} samples of {len(self.ops)} ops swept ({self.backend})"
+        if not self.compared_with_main:
+            return f"{text}, {sum(self.counts.get(o, 0) for o in ('fail', 'error', 'timeout'))} failing; main not swept"
+        return (f"{text}, {self.regression_count} regressions, {self.also_fixed_count} also fixed, "
+                f"{self.pre_existing_count} failing before and after")
+
+
 class VerifyEvidence(EvidencePayload):
     registered: str | None = None
     registered_outcome: str | None = None
@@ -133,6 +172,7 @@ class VerifyEvidence(EvidencePayload):
     tests: list[TestOutcomeRecord] = Field(default_factory=list)
     run_ids: list[str] = Field(default_factory=list)
     problems: list[str] = Field(default_factory=list)
+    sweep: SweepEvidence | None = None
 
 
 class FileStatRecord(BaseModel):

@@ -60,6 +60,21 @@ def register_resources(mcp: MCPServer, state: AppState) -> None:
         names = log_names(_names(torch.get("log_components")), _names(torch.get("log_artifacts")))
         return json.dumps({"case_id": case_id, "torch": torch.get("version"), **names}, indent=2)
 
+    @mcp.resource("case://{case_id}/sweeps/{sweep_id}", name="case-sweep", mime_type="application/json",
+                  description="A regression sweep's full table: every sample, its outcome on the fix and on main, "
+                              "and the command that reruns it")
+    def case_sweep(case_id: str, sweep_id: str) -> str:
+        from pt2_bug_basher.execution.sweep import TABLE_FILE
+
+        try:
+            state.store.get_case(case_id)
+        except NotFound as exc:
+            raise ResourceNotFoundError(str(exc)) from exc
+        path = state.store.case_dir(case_id) / "sweeps" / sweep_id / TABLE_FILE
+        if not sweep_id.replace("-", "").isalnum() or not path.is_file():
+            raise ResourceNotFoundError(f"case {case_id} has no sweep {sweep_id!r}")
+        return path.read_text()
+
     @mcp.resource("case://{case_id}/runs/{run_id}/{stream}{?page}", name="run-log", mime_type="text/plain",
                   description="A run's full stdout or stderr, in pages of 64 KiB (?page=N, from 1)")
     def run_log(case_id: str, run_id: str, stream: str, page: int = 1) -> str:

@@ -59,6 +59,8 @@ class CelebrateResult(BaseModel):
     rerun_command: str | None = Field(None, description="PyTorch's command to run the registered test alone")
     tests_verified: list[TestOutcomeLine] = Field(description="the tests of the verification run, with outcomes")
     review_warnings: list[str] = Field(default_factory=list, description="review notes on the change")
+    sweep: str | None = Field(None, description="the regression sweep of the verification: samples, ops, "
+                                                "regressions, also fixed")
     worktree_warnings: list[str] = Field(default_factory=list, description="the working tree's state (untracked "
                                                                            "files): tidy it before the PR")
     waivers: list[Waiver]
@@ -115,6 +117,7 @@ async def celebrate(state: AppState, case_id: str, root_cause: str, fix_summary:
         lines_changed=review_data.lines_changed, test_added=registered, tests_added=list(dict.fromkeys(added)),
         failed_before=failure.headline if failure else "the test step was waived",
         rerun_command=(failure.rerun if failure else None) or _rerun(test_data), tests_verified=tests,
+        sweep=verify_data.sweep.line() if verify_data.sweep else None,
         review_warnings=on_change[:10],
         worktree_warnings=on_tree[:10], waivers=status.waivers, celebration=line, summary="", next_step="",
     )
@@ -226,6 +229,8 @@ def _markdown(r: CelebrateResult) -> str:
     out.extend(f"  - {_code(t.node_id)}: {t.outcome}" for t in r.tests_verified[:20])
     if r.tests_verified and all(t.node_id in r.tests_added for t in r.tests_verified):
         out.append("  - only the added tests ran: no other test was found near them in this checkout")
+    if r.sweep:
+        out.append(f"- Regression sweep (compiled against eager, on the fix and on main): {r.sweep}")
     if r.waivers:
         out += ["", "## Waived steps"] + [f"- {w.step.value}: {' '.join(w.reason.split())}" for w in r.waivers]
     if r.review_warnings:

@@ -10,8 +10,15 @@ from pydantic import BaseModel, Field
 
 from pt2_bug_basher.analysis.review import FileStat, Finding, not_committed_note
 from pt2_bug_basher.case.state import AppState
+from pt2_bug_basher.case.workflow import Workflow
 from pt2_bug_basher.domain.calls import format_call
-from pt2_bug_basher.domain.evidence import FileStatRecord, FindingRecord, MainCheckEvidence, ReviewEvidence
+from pt2_bug_basher.domain.evidence import (
+    FileStatRecord,
+    FindingRecord,
+    MainCheckEvidence,
+    ReviewEvidence,
+    VerifyEvidence,
+)
 from pt2_bug_basher.domain.names import Step, ToolName
 from pt2_bug_basher.execution.gitstate import uncommitted_files
 from pt2_bug_basher.execution.lint import LintReport, lint_changed_lines
@@ -38,6 +45,7 @@ class ReviewResult(BaseModel):
     diff: str = Field(description=f"the diff (first {MAX_DIFF_CHARS} characters)")
     diff_truncated: bool = False
     recorded: bool = False
+    sweep: str | None = Field(None, description="the regression sweep of the latest verification")
     next_step: str
 
 
@@ -108,8 +116,15 @@ async def review_changes(state: AppState, case_id: str) -> ReviewResult:
     return ReviewResult(
         ok=ok, base=f"{main_ref} @ {diff.base_commit[:12]}", files=stats, lines_changed=diff.lines_changed,
         findings=found, lint=lint, tests_added=tests_added, checklist=checklist, diff=diff.text[:MAX_DIFF_CHARS],
-        diff_truncated=len(diff.text) > MAX_DIFF_CHARS, recorded=True, next_step=next_step,
+        diff_truncated=len(diff.text) > MAX_DIFF_CHARS, recorded=True, next_step=next_step, sweep=_sweep_line(flow),
     )
+
+
+def _sweep_line(flow: Workflow) -> str | None:
+    """The latest verification's sweep, as one line."""
+    verified = flow.latest_ok(Step.verify)
+    swept = verified.payload(VerifyEvidence).sweep if verified is not None else None
+    return swept.line() if swept is not None else None
 
 
 _NAMED_PATH = re.compile(r"`((?:test|torch)/[\w./-]+)`")

@@ -12,10 +12,16 @@ from pt2_bug_basher.case.paths import confine
 from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.case.store import CaseRecord
 from pt2_bug_basher.case.workflow import Workflow
+from pt2_bug_basher.domain.calls import format_call
 from pt2_bug_basher.domain.errors import BugBasherError, GateClosed, InvalidInput
 from pt2_bug_basher.domain.evidence import (
+    ArtifactsEvidence,
+    LogsEvidence,
     MainCheckEvidence,
+    ReduceEvidence,
     ReproduceEvidence,
+    SweepEvidence,
+    SweepSampleRecord,
     TestEvidence,
     TestOutcomeRecord,
     VerifyEvidence,
@@ -27,6 +33,7 @@ from pt2_bug_basher.execution.pytest import session
 from pt2_bug_basher.execution.pytest.nearby import NearbyTest
 from pt2_bug_basher.execution.pytest.results import FailureInfo, PytestReport, analyse
 from pt2_bug_basher.execution.runs import ProgressFn, check_timeout
+from pt2_bug_basher.execution.sweep import SampleResult, SweepComparison, SweepRun
 from pt2_bug_basher.steps._registered import qualified_name, registered_test
 
 MAX_TESTS = 200
@@ -35,6 +42,11 @@ SHOWN_FAILED = 10
 SHOWN_NEARBY = 15
 RUN_NEARBY_LIMIT = 30
 COLLECT_TIMEOUT_S = 600.0
+SWEEP_NEARBY_BELOW = 5  # the sweep is on by default when fewer nearby tests than this were found
+SWEEP_BUDGET_S = 180.0
+SHOWN_SWEEP = 5
+MAX_SOURCE_BYTES = 256 * 1024
+MAX_GRAPH_FILES = 40
 
 
 class CollectionError(BaseModel):
@@ -63,6 +75,10 @@ class RunTestsResult(BaseModel):
     workers: int = Field(0, description="pytest-xdist workers used (0: serial)")
     run_ids: list[str] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
+    sweep: SweepEvidence | None = Field(None, description=(
+        "the regression sweep: the case's ops' OpInfo samples (and its patterns' programs) compiled against eager "
+        f"on the fix and on main; regressions (first {SHOWN_SWEEP}, each with a rerun command) block verification; "
+        "the full table is the resource in `table`"))
     next_step: str
 
 
@@ -76,11 +92,12 @@ class _Group:
 
 
 async def run_tests(state: AppState, case_id: str, tests: list[str] | None = None, k: str | None = None,
-                    where: str = "repo", timeout_s: float | None = None, run_nearby: bool | None = None, *,
-                    progress: ProgressFn | None = None) -> RunTestsResult:
+                    where: str = "repo", timeout_s: float | None = None, run_nearby: bool | None = None,
+                    sweep: bool | None = None, *, progress: ProgressFn | None = None) -> RunTestsResult:
     """Run the registered test (and the given, keyword-selected and nearby tests) and, on where="repo",
     record verification when they pass on the current state of the code. run_nearby=None: the nearby tests
-    run on where="repo" (verification needs them), not on the worktree."""
+    run on where="repo" (verification needs them), not on the worktree. sweep=None: the regression sweep runs
+    on where="repo" when fewer than SWEEP_NEARBY_BELOW nearby tests were found."""
     from pt2_bug_basher.execution import worktrees
 
     if run_nearby is None:
@@ -159,14 +176,21 @@ async def run_tests(state: AppState, case_id: str, tests: list[str] | None = Non
         merged.collection_errors.extend(ran.report.collection_errors)
     notes.extend(f"pytest: {u}" for u in usage)
 
+    if sweep is None:
+        sweep = where == "repo" and len(nearby) < SWEEP_NEARBY_BELOW
+    if sweep and where != "repo":
+        raise InvalidInput("sweep=true runs on where=\"repo\" (it compares your tree with the worktree of main).")
+    swept = await _sweep(state, flow, cwd, min(SWEEP_BUDGET_S, timeout / 2), progress, notes) if sweep else None
     result = _summarise(case_id, where, merged, registered, registered_ids, nearby, keywords, run_ids,
                         workers_used, notes)
+    result.sweep = swept
     if where == "repo":
         tree_after = await anyio.to_thread.run_sync(_tree_hash, case.repo)
         _record_verification(state, case_id, result, merged, registered, registered_ids, nearby, tree_before,
                              tree_after)
     result.next_step = _next(case_id, result, registered, where)
-    if result.verified and not result.nearby and all(t.node_id in registered_ids for t in merged.tests):
+    if (result.verified and not result.nearby and not _swept(result.sweep)
+            and all(t.node_id in registered_ids for t in merged.tests)):
         result.next_step = _alone(case_id, flow) + result.next_step
     if result.verified:
         status = await state.status(case_id)
@@ -288,8 +312,12 @@ def _record_verification(state: AppState, case_id: str, result: RunTestsResult, 
         problems.append(f"{result.counts['failed']} failed and {result.counts['errored']} errored")
     if result.collection_errors:
         problems.append(f"{len(result.collection_errors)} test files could not be collected")
-    if not problems and nearby and not any(t.outcome == "passed" for t in others):
+    if not problems and nearby and not any(t.outcome == "passed" for t in others) and not _swept(result.sweep):
         problems.append("no nearby test ran: run the suggested ones (run_nearby=true) or name them in tests/k")
+    if result.sweep is not None and result.sweep.regression_count:
+        first = result.sweep.regressions[0]
+        problems.append(f"the regression sweep found {result.sweep.regression_count} samples that fail on the fix and "
+                        f"pass on main, first {first.sample}: {first.message[:150]}")
     if before != after:
         result.verification = ("the code changed while the tests ran, so the result is not tied to one state of "
                                "the code; run again")
@@ -298,10 +326,12 @@ def _record_verification(state: AppState, case_id: str, result: RunTestsResult, 
     outcomes = [TestOutcomeRecord(node_id=t.node_id, outcome=t.outcome) for t in report.tests[:200]]
     summary = (f"{result.counts['passed']} passed, {result.counts['failed']} failed, {result.counts['errored']} "
                f"errored, {result.counts['skipped']} skipped; registered test {reg}")
+    if result.sweep is not None:
+        summary += f"; sweep: {result.sweep.line()}"
     state.store.add_evidence(case_id, Step.verify.value, ok, summary, tree_hash=after, run_id=result.run_ids[0],
                              data=VerifyEvidence(registered=registered.node_id, registered_outcome=reg,
                                                  counts=result.counts, tests=outcomes, run_ids=result.run_ids,
-                                                 problems=problems))
+                                                 problems=problems, sweep=result.sweep))
     result.verified = ok
     result.verification = ("verified on the current state of the code: " + summary) if ok else "; ".join(problems)
 
@@ -329,6 +359,11 @@ def _next(case_id: str, result: RunTestsResult, registered: TestEvidence, where:
         first = result.collection_errors[0]
         return f"Fix the collection errors ({first.file}: {first.message[:150]}), then {call}, run_nearby=true)"
     reg = result.registered.rsplit(": ", 1)[-1]
+    if reg == "passed" and result.sweep is not None and result.sweep.regressions:
+        broken = result.sweep.regressions[0]
+        return (f"The fix breaks {result.sweep.regression_count} samples that pass on main, first {broken.sample} "
+                f"({broken.message[:150]}); run it alone: `{broken.rerun}`. Fix that, then "
+                + format_call(ToolName.run_tests, case_id=case_id))
     if reg != "passed":
         return (f"The registered test {registered.node_id} {reg}: the fix is not complete. Keep working on the "
                 f"root cause, then {call})")
@@ -340,3 +375,130 @@ def _next(case_id: str, result: RunTestsResult, registered: TestEvidence, where:
     if "no nearby test ran" in result.verification:
         return f"Run the nearby tests too: {call}, run_nearby=true)"
     return result.verification or f"{call}, run_nearby=true)"
+
+
+def _swept(sweep: SweepEvidence | None) -> bool:
+    """The sweep compared samples on the fix and on main: verification beyond the registered test."""
+    return sweep is not None and sweep.compared_with_main and sweep.samples > 0
+
+
+def _read(path: Path, limit: int = MAX_SOURCE_BYTES) -> str:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(limit).decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _sweep_inputs(state: AppState, flow: Workflow):  # -> CaseSweepInputs
+    """What the case holds of its graphs and sources: the repro and its reduction, the debug artifacts' graphs
+    and generated code, the logs run's output, and what localize varied."""
+    from pt2_bug_basher.execution.sweep.plan import CaseSweepInputs
+    from pt2_bug_basher.playbooks import layer_of
+
+    case = flow.case
+    inputs = CaseSweepInputs()
+    repro = flow.latest_ok(Step.reproduce)
+    if repro is not None and repro.payload(ReproduceEvidence).script:
+        inputs.sources.append(_read(Path(repro.payload(ReproduceEvidence).script)))
+    reduced = flow.latest_ok(Step.reduce)
+    if reduced is not None and reduced.payload(ReduceEvidence).minimized_path:
+        inputs.sources.append(_read(Path(reduced.payload(ReduceEvidence).minimized_path or "")))
+    artifacts = flow.latest_ok(Step.artifacts)
+    debug_dir = artifacts.payload(ArtifactsEvidence).debug_dir if artifacts is not None else None
+    if debug_dir and Path(debug_dir).is_dir():
+        files = sorted(p for p in Path(debug_dir).rglob("*") if p.suffix in (".py", ".txt") and p.is_file())
+        inputs.graph_texts += [_read(p) for p in files[:MAX_GRAPH_FILES]]
+    logs = flow.latest_ok(Step.logs)
+    for run_id in (logs.payload(LogsEvidence).run_ids if logs is not None else [])[:3]:
+        try:
+            run = state.store.get_run(run_id, case.case_id)
+        except BugBasherError:
+            continue
+        if run.stderr_path:
+            inputs.graph_texts.append(_read(Path(run.stderr_path), 4 * MAX_SOURCE_BYTES))
+    record = state.store.localization(case.case_id)
+    if record is not None:
+        inputs.layer, inputs.first_failing = layer_of(record), record.first_failing
+        outcomes = {row.dynamic: row.outcome for row in record.table if row.backend == record.first_failing}
+        inputs.localize_dynamic = len(set(outcomes.values())) > 1 and "True" in outcomes
+    return inputs
+
+
+async def _sweep(state: AppState, flow: Workflow, cwd: Path, budget_s: float, progress: ProgressFn | None,
+                 notes: list[str]) -> SweepEvidence | None:
+    """The case's sweep on the fix and, in the worktree of main, on main at once; None when it has no op."""
+    import json
+
+    from pt2_bug_basher.case.store import new_id
+    from pt2_bug_basher.execution import worktrees
+    from pt2_bug_basher.execution.cpus import parallel_runs
+    from pt2_bug_basher.execution.sweep import TABLE_FILE, Target, case_launcher, compare, run_sweep, table_rows
+    from pt2_bug_basher.execution.sweep.plan import case_spec
+
+    case = flow.case
+    inputs = await anyio.to_thread.run_sync(_sweep_inputs, state, flow)
+    spec, why = case_spec(inputs)
+    if not spec.ops and not spec.programs:
+        notes.append("regression sweep: no op found in the case's sources, graphs or logs")
+        return None
+    main: Target | None = None
+    try:
+        record = worktrees.case_worktree(state.store, case)
+        if record.torch_from_repo:
+            wt_cwd, env_add, _ = worktrees.run_environment(record)
+            main = Target("main", case.python, wt_cwd, env_add)
+        else:
+            why.append("main not swept: the case's torch is not imported from the repository")
+    except BugBasherError as exc:
+        why.append(f"main not swept: {exc}")
+    stamp = new_id("sweep")
+    scratch = state.store.case_dir(case.case_id) / "sweeps" / stamp
+    launch = case_launcher(state.store, case, ToolName.run_tests.value)
+    shards = max(1, parallel_runs(4) // (2 if main else 1))
+    runs: dict[str, SweepRun] = {}
+
+    async def side(target: Target) -> None:
+        runs[target.label] = await run_sweep(spec, target, scratch_dir=scratch / target.label, launch=launch,
+                                             budget_s=budget_s, shards=shards, progress=progress)
+
+    async with anyio.create_task_group() as group:
+        for target in (Target("fix", case.python, cwd), *([main] if main else [])):
+            group.start_soon(side, target)
+    fix = runs["fix"]
+    comparison = compare(fix, runs["main"]) if main else None
+    uri = f"case://{case.case_id}/sweeps/{stamp}"
+    evidence = _sweep_evidence(fix, runs.get("main"), comparison, spec.backends[0], uri)
+    evidence.notes = why + fix.problems + (runs["main"].problems if main else [])
+    if fix.unknown_ops:
+        evidence.notes.append(f"not in op_db (or random): {', '.join(dict.fromkeys(fix.unknown_ops))}")
+    rows = table_rows(fix, runs.get("main"))
+    await anyio.to_thread.run_sync(lambda: (scratch / TABLE_FILE).write_text(json.dumps(
+        {"summary": evidence.line(), "notes": evidence.notes, "rows": rows}, indent=1)))
+    return evidence
+
+
+def _record(result: SampleResult, main: dict | None) -> SweepSampleRecord:
+    other = main.get(result.key) if main else None
+    return SweepSampleRecord(sample=result.key.describe(), outcome=result.outcome,
+                             main_outcome=other.outcome if other else None, message=result.message[:300],
+                             rerun=result.rerun, main_rerun=other.rerun if other else None)
+
+
+def _sweep_evidence(fix: SweepRun, main: SweepRun | None, comparison: SweepComparison | None, backend: str,
+                    uri: str) -> SweepEvidence:
+    ran = [r for r in fix.results if r.outcome not in ("skip", "not_run")]
+    theirs = {r.key: r for r in main.results} if main else None
+    evidence = SweepEvidence(ops=fix.ops(), backend=backend, samples=len(ran), counts=fix.counts(),
+                             main_counts=main.counts() if main else {}, compared_with_main=comparison is not None,
+                             wall_s=fix.wall_s if main is None else max(fix.wall_s, main.wall_s), table=uri)
+    if comparison is not None:
+        evidence.regressions = [_record(r, theirs) for r in comparison.regressions[:SHOWN_SWEEP]]
+        evidence.also_fixed = [_record(r, theirs) for r in comparison.also_fixed[:SHOWN_SWEEP]]
+        evidence.pre_existing = [_record(r, theirs) for r in comparison.pre_existing[:SHOWN_SWEEP]]
+        evidence.regression_count = len(comparison.regressions)
+        evidence.also_fixed_count = len(comparison.also_fixed)
+        evidence.pre_existing_count = len(comparison.pre_existing)
+    else:
+        evidence.failing = [_record(r, None) for r in ran if r.outcome in ("fail", "error", "timeout")][:SHOWN_SWEEP]
+    return evidence

@@ -31,6 +31,10 @@ def register(mcp: MCPServer, state: AppState) -> None:
         timeout_s: Annotated[float | None, Field(description=f"seconds (default 600, max {MAX_TIMEOUT_S:.0f})")] = None,
         run_nearby: Annotated[bool | None, Field(description="also run the suggested nearby tests (default: "
                                                              "yes on where=\"repo\", no on the worktree)")] = None,
+        sweep: Annotated[bool | None, Field(description="also run the regression sweep: the case's ops' OpInfo "
+                                                        "samples compiled against eager on your tree and on main "
+                                                        "(default: on where=\"repo\" when few nearby tests exist)")]
+        = None,
     ) -> RunTestsResult:
         """Step 11. Run tests with the case's interpreter (pytest, every outcome read by its exact
         node id; pytest-xdist when it is installed and there are more than a few tests) and report
@@ -39,6 +43,9 @@ def register(mcp: MCPServer, state: AppState) -> None:
         sharing keywords with the functions your diff changes) as node ids that run as given, and
         runs them too on where="repo" unless run_nearby=false. On where="repo", verification
         completes when the registered test and the chosen nearby tests pass on the current state of
-        the code; any later edit makes it stale."""
-        return await verify.run_tests(state, case_id, tests, k, where, timeout_s, run_nearby,
+        the code; any later edit makes it stale. The regression sweep (sweep=true) compiles the OpInfo
+        samples of the case's ops (and Dynamo/AOTAutograd pattern programs) against eager on your tree
+        and on main: samples that newly fail block verification; newly passing and pre-existing
+        failures are listed."""
+        return await verify.run_tests(state, case_id, tests, k, where, timeout_s, run_nearby, sweep,
                                       progress=progress_reporter(ctx))
