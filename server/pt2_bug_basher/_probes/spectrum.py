@@ -52,7 +52,7 @@ def _save(cov, parent: str, out: str) -> None:
     lines: dict[str, list[int]] = {}
     for path in data.measured_files():
         found = data.lines(path)
-        if found:
+        if found and path.endswith(".py") and os.path.isfile(path):  # not code torch generated under a made-up name
             lines[os.path.relpath(path, parent).replace(os.sep, "/")] = sorted(found)
     tmp = out + ".tmp"
     with open(tmp, "w") as fh:
