@@ -3,6 +3,7 @@ below the failing backend, then suspects in torch's source."""
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,8 @@ from pt2_bug_basher.reduce.variants import DEFAULT_BUDGET_S as VARIANTS_BUDGET_S
 from pt2_bug_basher.reduce.variants import VariantRun, circumstances, run_variants
 
 SPECTRUM_FORMULA: Formula = "ochiai"
+VARIANTS_SHARE = 0.5
+VARIANTS_FLOOR_S = 10.0
 
 
 async def localize(
@@ -99,13 +102,21 @@ async def localize(
     spectra: list[Spectrum] = []
     varied: list[VariantRun] = []
 
+    started = time.monotonic()
+
     async def below(first: str) -> None:
         await bisect(first)
         report = found.get("report")
-        if variants_budget_s > 0 and (report is None or (report.culprit is None and report.config is None)):
+        if report is not None and (report.culprit is not None or report.config is not None):
+            return  # the bisection isolated it
+        if ref.category != "accuracy" and exception_suspects(_reproduction_errors(state, ref)):
+            return  # raised inside torch: its frames say where
+        # the variants may take about half what localize took to get here, so its wall time grows by at most half
+        budget = min(variants_budget_s, max(VARIANTS_FLOOR_S, VARIANTS_SHARE * (time.monotonic() - started)))
+        if variants_budget_s > 0:
             varied.extend(await run_variants(
                 state.store, case, ref.failure, ref.env, ref.args, path, launcher=LAUNCHER, backend=first,
-                timeout_s=run_timeout(ref), limiter=limiter, progress=progress, budget_s=variants_budget_s))
+                timeout_s=run_timeout(ref), limiter=limiter, progress=progress, budget_s=budget))
 
     async def bisect(first: str) -> None:
         if first in BISECTABLE_BACKENDS and bisect_budget_s > 0:
