@@ -229,6 +229,35 @@ async def test_a_bug_in_an_aot_autograd_runtime_wrapper_is_named_by_the_spectra(
     assert "spectrum" in guilty["evidence"] and "execution spectra" in guilty["why"], guilty
     source = (made.checkout / RUNTIME_WRAPPER_FILE).read_text().splitlines()
     assert source[guilty["line"] - 1].startswith("def _create_runtime_wrapper("), guilty
+    # Ochiai (localize's formula) against DStar on the spectra this case recorded: Ochiai ranks it no lower
+    from pt2_bug_basher.case.store import Store
+
+    spectra = recorded_spectra(Store(config.state_dir).case_dir(case_id), data)
+    assert any(s.failed for s in spectra) and any(not s.failed for s in spectra)
+    sources = {f: (made.checkout / f).read_text() for f in files_to_read(spectra)}
+    ranks = {formula: [r.function for r in rank(spectra, sources, formula, limit=50)] for formula in ("ochiai",
+                                                                                                         "dstar")}
+    place = {f: names.index("_create_runtime_wrapper") + 1 if "_create_runtime_wrapper" in names else 99
+             for f, names in ranks.items()}
+    print(f"rank of the guilty function: {place} over {len(spectra)} spectra")
+    assert place["ochiai"] <= min(3, place["dstar"]), (place, ranks)
+
+
+def recorded_spectra(case_dir: Path, data: dict) -> list[Spectrum]:
+    """The spectra localize recorded for its ladder rungs and variants, labelled by their outcomes."""
+    from pt2_bug_basher.reduce.variants import read_spectrum
+
+    found: list[Spectrum] = []
+    for row in data["table"]:
+        if row["outcome"] in ("same failure", "passes"):
+            for path in (case_dir / "spectra").glob(f"{row['backend']}-{row['dynamic']}-*.json"):
+                found += [s for s in [read_spectrum(path, row["run_id"], row["outcome"] == "same failure", "")] if s]
+    for variant in data["variants"]:
+        if variant["outcome"] in ("same failure", "passes"):
+            for path in (case_dir / "variants").glob(f"{variant['id']}-*.json"):
+                found += [s for s in [read_spectrum(path, variant["run_id"], variant["outcome"] == "same failure",
+                                                    "")] if s]
+    return found
 
 
 def test_spans_type_is_hashable_for_the_ranking():
