@@ -44,7 +44,7 @@ from pt2_bug_basher.reduce.variants import VariantRun, circumstances, run_varian
 
 SPECTRUM_FORMULA: Formula = "ochiai"
 VARIANTS_SHARE = 0.5
-VARIANTS_FLOOR_S = 10.0
+VARIANTS_FLOOR_S = 2.0
 
 
 async def localize(
@@ -189,6 +189,8 @@ async def localize(
 
 def spectral(spectra: list[Spectrum]) -> list[tuple[Suspect, int]]:
     """The functions the spectra rank, as suspects (the sources read from the case's torch)."""
+    if len({s.failed for s in spectra}) < 2:
+        return []  # nothing to rank without a failing and a passing run: read no source
     sources: dict[str, str] = {}
     for file in files_to_read(spectra):
         root = next((s.root for s in spectra if file in s.lines), "")
