@@ -39,6 +39,7 @@ NOT_INPLACE = frozenset({"copy_", "set_", "requires_grad_", "resize_", "resize_a
                          "fill_", "normal_", "uniform_", "random_", "bernoulli_", "exponential_", "geometric_",
                          "cauchy_", "log_normal_", "manual_seed_", "retain_grad_", "record_stream_"})
 MAX_VARIANTS = 8
+MIN_VARIANTS = 2  # run whatever the budget: the first of the first kinds (waiting for a core counts against it)
 DEFAULT_BUDGET_S = 90.0
 
 
@@ -265,9 +266,9 @@ async def run_variants(
     done: list[VariantRun] = []
     await progress(f"localize: {len(variants)} near-miss variant(s) of the repro")
 
-    async def one(variant: Variant) -> None:
+    async def one(index: int, variant: Variant) -> None:
         async with limiter:
-            if time.monotonic() > deadline:
+            if time.monotonic() > deadline and index >= MIN_VARIANTS:
                 return
             path = folder / f"{script.stem}_{variant.id}.py"
             path.write_text(variant.source)
@@ -275,7 +276,8 @@ async def run_variants(
             argv = [case.python, str(launcher), *(["--backend", backend] if backend else []), "--", str(path),
                     *ref_args]
             result = await execute(store, case, with_spectrum(store, argv, out), tool="localize", cwd=script.parent,
-                                   env_add=ref_env, timeout_s=min(timeout_s, max(1.0, deadline - time.monotonic())),
+                                   env_add=ref_env, timeout_s=timeout_s if index < MIN_VARIANTS else
+                                   min(timeout_s, max(1.0, deadline - time.monotonic())),
                                    progress=progress, warm=WarmRequest(), label=f"localize variant {variant.id}")
         verdict = run_failure(result)
         match = same_failure(verdict, ref_failure, RERUN_OR_ACCURACY).level
@@ -288,8 +290,8 @@ async def run_variants(
         await progress(f"localize: variant {variant.id} ({variant.change}): {outcome}")
 
     async with anyio.create_task_group() as group:
-        for variant in variants:
-            group.start_soon(one, variant)
+        for index, variant in enumerate(variants):
+            group.start_soon(one, index, variant)
     order = {v.id: i for i, v in enumerate(variants)}
     return sorted(done, key=lambda r: order[r.outcome.id])
 
