@@ -512,6 +512,8 @@ def main(argv: list[str]) -> int:
         for name in modules or ["torch"]:
             __import__(name)
     ENV_READS.settle(_package_roots(modules or ["torch"]))
+    with contextlib.suppress(ImportError):
+        import coverage  # noqa: F401 - imported once for the children that record a spectrum (spectrum.py)
     print(f"PT2BB-FORKSERVER: imported {modules or ['torch']} in {time.perf_counter() - started:.1f}s", flush=True)
     sources = Sources(started_ns, modules or ["torch"]) if watch else None
     serve(argv[0], idle_s=idle_s, parent=parent, sources=sources)

@@ -15,8 +15,9 @@ from collections import Counter
 from pathlib import Path
 
 from pt2_bug_basher.analysis.failure import parse
+from pt2_bug_basher.analysis.spectra import RankedFunction
 from pt2_bug_basher.domain.bisection import BisectReport, SourceSite
-from pt2_bug_basher.domain.evidence import Suspect
+from pt2_bug_basher.domain.evidence import LineRange, Suspect, SuspectEvidence
 
 MAX_HELPERS = 3
 MAX_FRAMES = 3
@@ -46,7 +47,7 @@ def relative_torch_path(path: str) -> str:
 def bisect_suspects(report: BisectReport) -> list[Suspect]:
     if report.config is not None:
         return [Suspect(file=report.config.file, line=report.config.line, function=report.config.function,
-                        why=report.meaning)]
+                        why=report.meaning, evidence=["config"])]
     culprit = report.culprit
     if culprit is None:
         return []
@@ -55,14 +56,15 @@ def bisect_suspects(report: BisectReport) -> list[Suspect]:
     for site in culprit.sites:
         kind = "generates the code for" if "Overrides." in site.function else "implements"
         out.append(Suspect(file=site.file, line=site.line, function=site.function,
-                           why=f"{kind} {what}, the application the bisection isolated"))
+                           why=f"{kind} {what}, the application the bisection isolated", evidence=["bisection"]))
     if culprit.sites and "<locals>" not in culprit.sites[-1].function:  # a factory's closure: its helpers are generic
         out += _helpers(culprit.sites[-1], what, culprit.helpers_called)
     subject = culprit.subject or culprit.debug
     for call in report.codegen:
         out.append(Suspect(file=call.file, line=call.line, function=call.function, why=(
             f"generates kernel code for {subject}: ran only with it lowered ({call.calls} call(s) in the failing "
-            "trial), never when it fell back to ATen" + ("; returns code text" if call.emits else ""))))
+            "trial), never when it fell back to ATen" + ("; returns code text" if call.emits else "")),
+            evidence=["codegen"]))
     return _unique(out)
 
 
@@ -124,7 +126,7 @@ def _helpers(site: SourceSite, what: str, calls: dict[str, int] | None) -> list[
         out.append(Suspect(file=site.file, line=_first_line(defs[name]), function=name,
                            why=f"called by {target.name} (which {what.split(':')[0]} runs){ran}"
                                + (f"; used by {others} other function(s) of its module" if others else
-                                  "; used by no other function of its module")))
+                                  "; used by no other function of its module"), evidence=["helper"]))
     return out
 
 
@@ -186,7 +188,7 @@ def exception_suspects(error_text: str) -> list[Suspect]:
             else:
                 why = (f"innermost torch frame of {raised}" if not out else
                        f"calls the frame above ({depth} frame(s) out from where {raised} was raised)")
-            out.append(Suspect(file=rel, line=frame.line, function=frame.function, why=why))
+            out.append(Suspect(file=rel, line=frame.line, function=frame.function, why=why, evidence=["exception"]))
             if len(out) >= MAX_FRAMES:
                 break
         if out:
@@ -202,3 +204,51 @@ def _unique(suspects: list[Suspect]) -> list[Suspect]:
             seen.add((s.file, s.line))
             out.append(s)
     return out
+
+
+# --------------------------------------------------------------------------------------------
+# one ranking: every kind of evidence, weighed by one table
+
+EVIDENCE_WEIGHT: dict[SuspectEvidence, float] = {
+    "bisection": 8.0, "config": 8.0, "exception": 4.0, "guards": 4.0, "recent_change": 3.0,
+    "spectrum": 3.0,  # times the function's score relative to the top one's
+    "helper": 1.0, "codegen": 1.0,
+}
+MAX_SPECTRUM_SUSPECTS = 5
+
+
+def spectrum_suspects(ranked: list[RankedFunction], formula: str, failing: int, passing: int
+                      ) -> list[tuple[Suspect, int]]:
+    """The top ranked functions as suspects, each with its function's last line."""
+    out = []
+    for r in ranked[:MAX_SPECTRUM_SUSPECTS]:
+        where = ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in r.failing_only)
+        why = (f"execution spectra: {formula} {r.score:.2f} ({r.lines_at_score} line(s) at that score); ran in "
+               f"{r.failed_runs}/{failing} failing and {r.passed_runs}/{passing} passing runs"
+               + (f"; lines {where} ran only in failing runs" if where else ""))
+        suspect = Suspect(file=r.file, line=r.first, function=r.function, why=why, evidence=["spectrum"],
+                          lines=[LineRange(first=a, last=b) for a, b in r.failing_only], score=round(r.score, 3))
+        out.append((suspect, r.last))
+    return out
+
+
+def merge(suspects: list[Suspect], spectral: list[tuple[Suspect, int]]) -> list[Suspect]:
+    """One list: a spectrum suspect that another kind of evidence already names (its function holds that
+    suspect's line) joins it; then all are ordered by EVIDENCE_WEIGHT summed over their evidence, ties kept in
+    the order given (the dedicated mechanisms' own order first)."""
+    out = [s.model_copy() for s in suspects]
+    for sp, last in spectral:
+        held = [s for s in out if s.file == sp.file and (s.function == sp.function or (
+            s.line is not None and (sp.line or 0) <= s.line <= last))]
+        if held:
+            for s in held:
+                s.evidence = [*s.evidence, "spectrum"]
+                s.lines, s.score, s.why = sp.lines, sp.score, f"{s.why}; {sp.why}"
+        else:
+            out.append(sp)
+    top = max((s.score or 0.0 for s in out), default=0.0) or 1.0
+
+    def weight(s: Suspect) -> float:
+        return sum(EVIDENCE_WEIGHT[e] * ((s.score or 0.0) / top if e == "spectrum" else 1.0) for e in s.evidence)
+
+    return sorted(out, key=lambda s: -weight(s))

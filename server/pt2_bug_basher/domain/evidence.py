@@ -7,7 +7,7 @@ validate falls back to its default, and keys a model does not know are kept as e
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -217,6 +217,18 @@ class LadderRowRecord(BaseModel):
     seconds: float | None = None
 
 
+SuspectEvidence = Literal["bisection", "config", "exception", "guards", "recent_change", "spectrum", "helper",
+                          "codegen"]
+"""What points at a suspect: the bisection's culprit, a config switch that fixes it, a frame of an exception
+raised in torch, Dynamo's guards, a recent commit, the execution spectra of failing and passing runs, a helper
+the culprit calls, code generation that ran only with the culprit."""
+
+
+class LineRange(BaseModel):
+    first: int
+    last: int
+
+
 class Suspect(BaseModel):
     """A place in torch's source that may hold the bug, most likely first in any list of them."""
 
@@ -224,6 +236,10 @@ class Suspect(BaseModel):
     line: int | None = None
     function: str = Field(description="qualified name of the function (or config knob)")
     why: str = Field(description="the evidence that points here")
+    evidence: list[SuspectEvidence] = Field(default_factory=list, description="each kind of evidence that points here")
+    lines: list[LineRange] = Field(default_factory=list, description=(
+        "line ranges of the function that ran in failing runs and in no passing run: read these first"))
+    score: float | None = Field(None, description="its spectrum score (Ochiai, 0-1), where the spectra rank it")
 
 
 class LocalizeRecord(EvidencePayload):

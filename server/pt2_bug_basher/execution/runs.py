@@ -7,6 +7,7 @@ runs; runs left 'running' by a server that died are marked interrupted at the ne
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ _ENV_NAME_CHARS = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz01234
 _PROTECTED_ENV = {"LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONHOME"}
 
 ProgressFn = Callable[[str], Awaitable[None]]
+SPECTRUM_PROBE = Path(__file__).resolve().parents[1] / "_probes" / "spectrum.py"
 CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
 
 
@@ -212,6 +214,32 @@ class _ForkedRecord:
                              str(self.stderr_path), os.getpid(), run_id=self.run_id)
         self.store.set_run_pid(self.run_id, pid)
         self.pid = pid
+
+
+def coverage_path(store: Store) -> Path | None:
+    """A folder holding only the server's coverage package (a link to it), for the spectrum probe to append
+    to sys.path in an interpreter that lacks coverage: the server's whole site-packages would shadow the
+    case's own torch. The C tracer inside it loads only into the same Python version; another falls back to
+    coverage's Python tracer (slower, same lines)."""
+    try:
+        import coverage
+    except ImportError:
+        return None
+    folder = store.state_dir / "coverage-path"
+    link = folder / "coverage"
+    if not link.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            link.symlink_to(Path(coverage.__file__).parent, target_is_directory=True)
+    return folder
+
+
+def with_spectrum(store: Store, argv: list[str], out: Path) -> list[str]:
+    """argv (`python script.py ...`) run under the spectrum probe, which writes the lines of torch's compiler
+    that ran to `out` (json) as the run exits; the run's outcome and output are its own."""
+    extra = coverage_path(store)
+    probe = [str(SPECTRUM_PROBE), "--out", str(out), *(["--coverage-path", str(extra)] if extra else []), "--"]
+    return [argv[0], *probe, *argv[1:]]
 
 
 def python_argv(case: CaseRecord, script: Path, args: list[str] | None = None) -> list[str]:

@@ -8,6 +8,7 @@ accuracy failures category; and only after a compiled call). The comparison used
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ from pydantic import BaseModel, Field
 
 from pt2_bug_basher.analysis.compare import TRIAL, Failure, Oracle, Rules, describe, run_failure
 from pt2_bug_basher.analysis.guards import DynamoDecisions
+from pt2_bug_basher.analysis.spectra import Spectrum
 from pt2_bug_basher.case.store import CaseRecord, Store
 from pt2_bug_basher.domain.bisection import BisectReport
 from pt2_bug_basher.domain.calls import format_call
@@ -26,10 +28,11 @@ from pt2_bug_basher.domain.evidence import LadderRowRecord, LocalizeRecord, Repr
 from pt2_bug_basher.domain.names import Step, ToolName
 from pt2_bug_basher.execution.cpus import usable_cpus
 from pt2_bug_basher.execution.runner import ProcessOutcome
-from pt2_bug_basher.execution.runs import BASE_ENV, RunResult, execute, private_cache_env
+from pt2_bug_basher.execution.runs import BASE_ENV, RunResult, execute, private_cache_env, with_spectrum
 from pt2_bug_basher.execution.warm import WarmRequest
 from pt2_bug_basher.reduce import minimal
 from pt2_bug_basher.reduce.dynamo_guards import dynamo_decisions, wants_guard_run
+from pt2_bug_basher.reduce.variants import VariantOutcome, read_spectrum
 
 PROBES = Path(__file__).resolve().parents[1] / "_probes"
 LAUNCHER = PROBES / "launcher.py"
@@ -163,6 +166,10 @@ class LocalizeResult(BaseModel):
         "the layer is Dynamo and Dynamo raised nothing (a wrong result): one more eager run with "
         "TORCH_LOGS=guards,recompiles: what Dynamo compiled, whether later calls recompiled, the guards on each "
         "input, and guard shapes that let an entry be reused wrongly"))
+    variants: list[VariantOutcome] = Field(default_factory=list, description=(
+        "near-miss variants of the repro, each with the one thing it changed and its outcome"))
+    circumstances: list[str] = Field(default_factory=list, description=(
+        "what the failure needs, from the variants that pass: the one thing each changed"))
     next_step: str
 
 
@@ -191,11 +198,12 @@ def _outcome(verdict: Failure, match: str | None, compiled: bool) -> str:
 async def localize(
     store: Store, case: CaseRecord, ref: Reference, script: Path, *, progress, cwd: Path | None = None,
     limiter: anyio.CapacityLimiter | None = None, below: Callable[[str], Coroutine[Any, Any, None]] | None = None,
-    on_row: Callable[[LadderRow], None] | None = None,
+    on_row: Callable[[LadderRow], None] | None = None, spectra: list[Spectrum] | None = None,
 ) -> LocalizeResult:
     """The ladder; `below(first_failing)` runs beside the dynamic=False/True rungs, within the same limiter;
     `on_row` sees each row as it is decided. Rungs are children of the case's warm interpreter where one can
-    serve them (execution/warm.py), else fresh processes."""
+    serve them (execution/warm.py), else fresh processes. With `spectra`, each rung records the lines of
+    torch's compiler it ran, and those that fail the case's way or pass are added to it."""
     timeout = run_timeout(ref)
     limiter = limiter or anyio.CapacityLimiter(usable_cpus())
     oracle = ref.oracle(TRIAL, script)
@@ -208,6 +216,10 @@ async def localize(
 
     async def rung(backend: str, dynamic: str) -> LadderRow:
         argv = command(backend, dynamic)
+        out = store.case_dir(case.case_id) / "spectra" / f"{backend}-{dynamic}-{time.monotonic_ns()}.json"
+        if spectra is not None:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            argv = with_spectrum(store, argv, out)
         async with limiter:
             result = await execute(store, case, argv, tool="localize", cwd=cwd or script.parent, env_add=ref.env,
                                    timeout_s=timeout, progress=progress, warm=WarmRequest(),
@@ -218,6 +230,11 @@ async def localize(
         row = LadderRow(backend=backend, dynamic=dynamic, outcome=_outcome(verdict, match, compiled), match=match,
                         failure=None if not verdict.failed else describe(verdict)[:300], run_id=result.run_id,
                         seconds=round(result.outcome.duration_s, 1))  # the run's own, not a warm interpreter's start
+        if spectra is not None and row.outcome in ("same failure", "passes"):
+            found = read_spectrum(out, result.run_id, row.outcome == "same failure",
+                                  f"backend={backend} dynamic={dynamic}")
+            if found is not None:
+                spectra.append(found)
         await progress(f"localize: backend={backend} dynamic={dynamic}: {row.outcome}")
         if on_row is not None:
             on_row(row)
@@ -310,6 +327,7 @@ async def localize(
             reducer = ("fx", "dynamo")
     minify_call = format_call(ToolName.minify, case_id=cid, mode=reducer[0], after=reducer[1])
     dynamo, suspects = decisions[0] if decisions else (None, [])
+    suspects = [s.model_copy(update={"evidence": [*s.evidence, "guards"]}) for s in suspects]
     if dynamo is not None and dynamo.flags:
         notes.append(f"Dynamo's guards (run {dynamo.run_id}): {dynamo.flags[0].text}; see dynamo and suspects.")
     result = LocalizeResult(

@@ -3,6 +3,7 @@ below the failing backend, then suspects in torch's source."""
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,7 +11,14 @@ from pathlib import Path
 import anyio
 from anyio.abc import TaskGroup
 
-from pt2_bug_basher.analysis.suspects import bisect_suspects, codegen_summary, exception_suspects
+from pt2_bug_basher.analysis.spectra import Formula, Spectrum, files_to_read, rank
+from pt2_bug_basher.analysis.suspects import (
+    bisect_suspects,
+    codegen_summary,
+    exception_suspects,
+    merge,
+    spectrum_suspects,
+)
 from pt2_bug_basher.case.pages import read_tail
 from pt2_bug_basher.case.scripts import copy_note
 from pt2_bug_basher.case.state import AppState
@@ -29,16 +37,24 @@ from pt2_bug_basher.reduce.bisect import (
     start_trial_server,
 )
 from pt2_bug_basher.reduce.evaluate import ForkServerEvaluator
-from pt2_bug_basher.reduce.ladder import LadderRow, LocalizeResult, Reference, load_reference
+from pt2_bug_basher.reduce.ladder import LAUNCHER, LadderRow, LocalizeResult, Reference, load_reference, run_timeout
 from pt2_bug_basher.reduce.ladder import localize as run_ladder
+from pt2_bug_basher.reduce.variants import DEFAULT_BUDGET_S as VARIANTS_BUDGET_S
+from pt2_bug_basher.reduce.variants import VariantRun, circumstances, run_variants
+
+SPECTRUM_FORMULA: Formula = "ochiai"
+VARIANTS_SHARE = 0.5
+VARIANTS_FLOOR_S = 2.0
 
 
 async def localize(
     state: AppState, case_id: str, script: str | None = None, *, bisect_budget_s: float = DEFAULT_BUDGET_S,
-    progress: ProgressFn | None = None,
+    progress: ProgressFn | None = None, variants_budget_s: float = VARIANTS_BUDGET_S,
 ) -> LocalizeResult:
     """Rerun the repro (default: the reproduction's script) at each rung of the backend ladder; below a
-    failing AOTAutograd-decomposition or Inductor backend, bisect its subsystems (budget 0: skip)."""
+    failing AOTAutograd-decomposition or Inductor backend, bisect its subsystems (budget 0: skip). Where no
+    bisection isolates a culprit, near-miss variants of the repro run at the failing backend (budget 0: none);
+    the spectra of every rung and variant rank torch's functions, merged with the other evidence."""
     flow = await state.gate(ToolName.localize, case_id)
     case = flow.case
     progress = progress or ignore_progress
@@ -83,7 +99,26 @@ async def localize(
         finally:
             server_ready.set()
 
+    spectra: list[Spectrum] = []
+    varied: list[VariantRun] = []
+
+    started = time.monotonic()
+
     async def below(first: str) -> None:
+        await bisect(first)
+        report = found.get("report")
+        if report is not None and (report.culprit is not None or report.config is not None):
+            return  # the bisection isolated it
+        if ref.category != "accuracy" and exception_suspects(_reproduction_errors(state, ref)):
+            return  # raised inside torch: its frames say where
+        # the variants may take about half what localize took to get here, so its wall time grows by at most half
+        budget = min(variants_budget_s, max(VARIANTS_FLOOR_S, VARIANTS_SHARE * (time.monotonic() - started)))
+        if variants_budget_s > 0:
+            varied.extend(await run_variants(
+                state.store, case, ref.failure, ref.env, ref.args, path, launcher=LAUNCHER, backend=first,
+                timeout_s=run_timeout(ref), limiter=limiter, progress=progress, budget_s=budget))
+
+    async def bisect(first: str) -> None:
         if first in BISECTABLE_BACKENDS and bisect_budget_s > 0:
             await table_read.wait()
             if "table" not in tables:
@@ -98,7 +133,7 @@ async def localize(
         group.start_soon(read, group)
         try:
             result = await run_ladder(state.store, case, ref, path, progress=progress, limiter=limiter, below=below,
-                                      on_row=on_row)
+                                      on_row=on_row, spectra=spectra)
         finally:
             if below_dynamo.is_set():
                 await server_ready.wait()
@@ -115,6 +150,10 @@ async def localize(
     if ref.category != "accuracy":  # a mismatch is raised by the comparison, not where the bug is
         result.suspects += [s for s in exception_suspects(_reproduction_errors(state, ref))
                             if (s.file, s.line) not in {(t.file, t.line) for t in result.suspects}]
+    result.variants = [v.outcome for v in varied]
+    result.circumstances = circumstances(result.variants)
+    spectra += [v.spectrum for v in varied if v.spectrum is not None]
+    result.suspects = merge(result.suspects, await anyio.to_thread.run_sync(spectral, spectra))
     places = [(s.file, s.line, s.function) for s in result.suspects[:MAX_BLAMED] if s.line]
     if result.bisection is not None:
         places += [(c.file, c.line, c.function) for c in result.bisection.codegen[:MAX_BLAMED_CODEGEN] if c.line]
@@ -125,6 +164,8 @@ async def localize(
         result.meaning += f" First suspect: {top.function} at {top.file}:{top.line} ({top.why})."
         if result.bisection is not None:
             result.meaning += codegen_summary(result.bisection)
+    if result.circumstances:
+        result.meaning += f" Near-miss variants: the repro {'; '.join(result.circumstances)}."
     changed = [change_sentence(change) for change in changes]
     if changed and result.suspects and _holds(changes[0], result.suspects[0]):
         # the first suspect already says which commit changed it
@@ -144,6 +185,22 @@ async def localize(
     if reduced.status in ("done", "waived"):  # never propose a reduction the case already has
         result.next_step = f"Step 3 is complete already ({reduced.evidence}). {status.next_step}"
     return result
+
+
+def spectral(spectra: list[Spectrum]) -> list[tuple[Suspect, int]]:
+    """The functions the spectra rank, as suspects (the sources read from the case's torch)."""
+    if len({s.failed for s in spectra}) < 2:
+        return []  # nothing to rank without a failing and a passing run: read no source
+    sources: dict[str, str] = {}
+    for file in files_to_read(spectra):
+        root = next((s.root for s in spectra if file in s.lines), "")
+        try:
+            sources[file] = (Path(root) / file).read_text(errors="replace")
+        except OSError:
+            continue
+    ranked = rank(spectra, sources, SPECTRUM_FORMULA)
+    failing = sum(1 for s in spectra if s.failed)
+    return spectrum_suspects(ranked, SPECTRUM_FORMULA, failing, len(spectra) - failing)
 
 
 MAX_BLAMED = 3  # suspects whose recent history is read (git blame of each function, four at a time)
@@ -212,10 +269,12 @@ def changed_first(suspects: list[Suspect], changes: list[FunctionChange]) -> lis
         if held:
             for s in held:
                 rest.remove(s)
-                front.append(s.model_copy(update={"why": f"{s.why}; {said}"}))
+                front.append(s.model_copy(update={"why": f"{s.why}; {said}",
+                                                  "evidence": [*s.evidence, "recent_change"]}))
         else:
             front.append(Suspect(file=c.file, line=c.first, function=c.function,
-                                 why=f"{said}; ran only with the culprit lowered (code generation)"))
+                                 why=f"{said}; ran only with the culprit lowered (code generation)",
+                                 evidence=["recent_change", "codegen"]))
     return front + rest
 
 
