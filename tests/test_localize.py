@@ -208,6 +208,6 @@ async def test_a_config_switch_that_fixes_it_names_the_knob_and_what_it_means(mo
     outcomes = {t["subsystem"]: t["outcome"] for t in bisection["trials"]}
     assert outcomes["inductor_fallback_random"] == "fixed"
     assert all(outcomes[p] == "same failure" for p in ("pre_grad_passes", "joint_graph_passes", "post_grad_passes"))
-    [knob] = data["suspects"]
+    knob = data["suspects"][0]  # the knob leads; spectra may rank functions after it
     assert knob["file"] == "torch/_inductor/config.py" and knob["function"] == "torch._inductor.config.fallback_random"
     assert torch_file(knob["file"]).read_text().splitlines()[knob["line"] - 1].startswith("fallback_random")

@@ -165,10 +165,11 @@ async def classify_error(
                               "a small script from the report first)")
         return out
     case = state.store.get_case(case_id)
-    if script is None:
-        script = await anyio.to_thread.run_sync(lambda: state.workflow(case_id).current_script())
+    current = await anyio.to_thread.run_sync(lambda: state.workflow(case_id).current_script())
+    ran = script
+    script = script or current
     category: str = result.category
-    settled = _settled_category(state, case_id)
+    settled = _settled_category(state, case_id, ran, current)
     if settled is not None and settled != result.category:
         # the reproduction ran the case with and without compilation: a reading of text cannot overturn it
         out.readings = [Reading(source="reproduction", category=settled),
@@ -220,11 +221,21 @@ async def classify_error(
 _UNSETTLED = {None, "unknown"}
 
 
-def _settled_category(state: AppState, case_id: str) -> str | None:
-    """The category the case's latest successful reproduction settled by running it, if any."""
+def _settled_category(state: AppState, case_id: str, ran: str | None, current: str | None) -> str | None:
+    """The category the case's latest successful reproduction settled by running it, if any, for a run of the
+    case's own repro (the reproduced or the current script; None: text, not a run)."""
     records = state.store.evidence(case_id, Step.reproduce.value)
     found = next((r.payload(ReproduceEvidence) for r in reversed(records) if r.ok), None)
-    return found.category if found is not None and found.category not in _UNSETTLED else None
+    if found is None or found.category in _UNSETTLED:
+        return None
+    if ran is not None and not _same_script(ran, {found.script, current}):
+        return None  # another script's run: its own reading stands
+    return found.category
+
+
+def _same_script(ran: str, ours: set[str | None]) -> bool:
+    resolved = {str(Path(s).resolve()) for s in ours if s}
+    return str(Path(ran).resolve()) in resolved
 
 
 # rules whose line names the layer that raised, whatever wrapped it (a BackendCompilerFailed names the backend)

@@ -31,10 +31,9 @@ def register(mcp: MCPServer, state: AppState) -> None:
         timeout_s: Annotated[float | None, Field(description=f"seconds (default 600, max {MAX_TIMEOUT_S:.0f})")] = None,
         run_nearby: Annotated[bool | None, Field(description="also run the suggested nearby tests (default: "
                                                              "yes on where=\"repo\", no on the worktree)")] = None,
-        sweep: Annotated[bool | None, Field(description="also run the regression sweep: the case's ops' OpInfo "
-                                                        "samples compiled against eager on your tree and on main "
-                                                        "(default: on where=\"repo\" when few nearby tests exist)")]
-        = None,
+        sweep: Annotated[bool | None, Field(description="also sweep the case's ops' OpInfo samples, compiled against "
+                                                        "eager, on your tree and on main (default: on where=\"repo\" "
+                                                        "when few nearby tests exist)")] = None,
     ) -> RunTestsResult:
         """Step 11. Run tests with the case's interpreter (pytest, every outcome read by its exact
         node id; pytest-xdist when it is installed and there are more than a few tests) and report
