@@ -223,3 +223,15 @@ async def test_sweep_finds_the_regression_the_repair_and_the_pre_existing_failur
         review = await ok(client, "review_changes", **case)
         assert review["sweep"].startswith(f"{sweep['samples']} samples of {len(sweep['ops'])} ops swept")
         assert f"0 regressions, {sweep['also_fixed_count']} also fixed" in review["sweep"]
+
+
+def test_a_sample_whose_arguments_hold_no_tensor_compares_by_equality():
+    """arange's and full's samples carry sizes, dtypes and devices: those are compared by equality, not reported
+    as failures of the comparison itself."""
+    from pt2_bug_basher.execution.sweep import PROBE
+
+    for op in ("arange", "full"):
+        done = subprocess.run([sys.executable, str(PROBE), "--op", op, "--sample", "0", "--backend", "eager"],
+                              capture_output=True, text=True, timeout=300)
+        [line] = [x for x in done.stdout.splitlines() if x.startswith("PT2BB-SWEEP:")]
+        assert json.loads(line.split(" ", 1)[1])["outcome"] == "pass", (op, done.stderr[-2000:])

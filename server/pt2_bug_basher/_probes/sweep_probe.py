@@ -134,9 +134,19 @@ def _run(fn, arguments, grad: bool):
 
 
 def _same(compiled, eager) -> None:
+    """Tensors compare with assert_close; other leaves (a dtype, a device string, a size) by equality."""
     import torch
+    from torch.utils._pytree import tree_flatten
 
-    torch.testing.assert_close(compiled, eager, equal_nan=True, check_device=False)
+    got, got_spec = tree_flatten(compiled)
+    want, want_spec = tree_flatten(eager)
+    if got_spec != want_spec:
+        raise AssertionError(f"structures differ: {got_spec} against {want_spec}")
+    for g, w in zip(got, want, strict=True):
+        if isinstance(g, torch.Tensor) or isinstance(w, torch.Tensor):
+            torch.testing.assert_close(g, w, equal_nan=True, check_device=False)
+        elif g != w:
+            raise AssertionError(f"{g!r} against {w!r}")
 
 
 def run_op_sample(index: dict, key: dict) -> tuple[str, str]:

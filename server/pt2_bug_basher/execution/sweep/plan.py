@@ -122,7 +122,8 @@ def case_spec(inputs: CaseSweepInputs, *, max_samples_per_op: int = 3) -> tuple[
 
 
 # Pattern programs: f's body per pattern; each runs f eagerly and compiled on a fresh clone of one input
-# (with or without requires_grad) and compares outputs, the mutated input and the gradient.
+# (with or without requires_grad) and compares outputs, the mutated input and the gradient. The gradient
+# flows through the input after the call too, so a mutation hidden from autograd shows.
 PATTERNS: dict[str, list[tuple[str, str]]] = {
     "mutation": [
         ("input_add_", "    x.add_(1)\n    return x * 2"),
@@ -158,7 +159,7 @@ def run(fn):
     result = [out, x.detach()]
     if {grad}:
         leaves = [t for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.requires_grad]
-        sum(t.sum() for t in leaves).backward()
+        sum((t.sum() for t in leaves), x.sum()).backward()
         result.append(base.grad)
     return result
 
