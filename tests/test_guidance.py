@@ -406,3 +406,19 @@ def test_a_long_suspect_reason_is_cut_at_whole_clauses_keeping_the_commit():
     assert short == ("implements lowerings #3: aten.full.default, the application the bisection isolated; changed "
                      "by 4ff97fa1 \"Joint graph: reuse the fill value\" (HEAD itself)"), short
     assert "\u2026" not in short and _short_why("called by helper") == "called by helper"
+
+
+@pytest.mark.parametrize(("category", "layer", "reducer"), [
+    ("accuracy", "AOTAutograd", ("source", "aot")),  # a wrong result around the graph: no FX minifier sees it
+    ("accuracy", "Inductor", ("fx", "aot")),
+    ("backend_compiler_failed", "decompositions", ("fx", "dynamo")),  # after aot both sides run the decomposition
+    ("backend_compiler_failed", "AOTAutograd", ("fx", "dynamo")),
+    ("accuracy", "Dynamo", ("source", "aot")),
+    ("graph_break", "Dynamo", ("source", "aot")),
+    ("unknown", "Inductor", ("fx", "aot")),
+    ("unknown", "Dynamo", ("source", "aot")),
+])
+def test_localize_and_minify_auto_choose_one_reducer_per_category_and_layer(category, layer, reducer):
+    from pt2_bug_basher.playbooks import reducer_for
+
+    assert reducer_for(category, layer) == reducer

@@ -468,11 +468,22 @@ def minify_plan(category: str | None, layer: str | None) -> MinifyPlan:
     return plan.model_copy(update={"after": after})
 
 
-# where TORCHDYNAMO_REPRO_AFTER cuts, per layer: the graph after AOTAutograd only holds a bug of a later layer;
-# None: the FX minifier cannot see the layer's bugs (it runs the graph Dynamo captured both ways)
+# where TORCHDYNAMO_REPRO_AFTER cuts, per layer: the graph after AOTAutograd only holds a bug of a later layer
+# (decompositions are applied while AOTAutograd traces, so after aot both sides run them); None: the FX minifier
+# cannot see the layer's bugs (it runs the graph Dynamo captured both ways)
 _AFTER_FOR_LAYER: dict[str, Literal["aot", "dynamo"] | None] = {
-    "Dynamo": None, DYNAMO_GUARDS: None, "AOTAutograd": "dynamo", "decompositions": "aot", "Inductor": "aot",
+    "Dynamo": None, DYNAMO_GUARDS: None, "AOTAutograd": "dynamo", "decompositions": "dynamo", "Inductor": "aot",
 }
+
+
+def reducer_for(category: str | None, layer: str | None) -> tuple[Literal["fx", "source"], Literal["aot", "dynamo"]]:
+    """(mode, after) for minify: the plan of the category and the layer; a category without one (mode auto)
+    follows the layer alone. The one choice localize's minifier call and minify(mode="auto") both make."""
+    plan = minify_plan(category if category in PLAYBOOKS else None, layer)
+    if plan.mode == "auto":
+        after = _AFTER_FOR_LAYER.get(layer or "")
+        return ("fx", after) if after else ("source", "aot")
+    return plan.mode, plan.after or "aot"
 
 
 def _unique(items: list[str]) -> list[str]:

@@ -30,6 +30,7 @@ from pt2_bug_basher.execution.cpus import usable_cpus
 from pt2_bug_basher.execution.runner import ProcessOutcome
 from pt2_bug_basher.execution.runs import BASE_ENV, RunResult, execute, private_cache_env, with_spectrum
 from pt2_bug_basher.execution.warm import WarmRequest
+from pt2_bug_basher.playbooks import reducer_for
 from pt2_bug_basher.reduce import minimal
 from pt2_bug_basher.reduce.dynamo_guards import dynamo_decisions, wants_guard_run
 from pt2_bug_basher.reduce.variants import VariantOutcome, read_spectrum
@@ -313,7 +314,7 @@ async def localize(
                   "exact signature where it holds, else exception type + normalised message with backend names "
                   "removed" + (" (accuracy: same category)" if "category" in matches else ""))
     cid = case.case_id
-    # the reducer the layer calls for: (mode, after)
+    # the reducer the category and layer call for: (mode, after)
     reducer: tuple[str, str | None] = ("source", None)
     if first is None:
         layer, meaning = "unknown", (
@@ -321,10 +322,8 @@ async def localize(
             "options (a custom backend, mode=..., config), or does not come from compilation.")
     else:
         layer, meaning = _MEANING[first]
-        if first == "inductor":
-            reducer = ("fx", "aot")
-        elif first != "eager":
-            reducer = ("fx", "dynamo")
+        mode, after = reducer_for(ref.category, layer)
+        reducer = (mode, after if mode == "fx" else None)
     minify_call = format_call(ToolName.minify, case_id=cid, mode=reducer[0], after=reducer[1])
     dynamo, suspects = decisions[0] if decisions else (None, [])
     suspects = [s.model_copy(update={"evidence": [*s.evidence, "guards"]}) for s in suspects]

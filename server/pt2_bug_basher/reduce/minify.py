@@ -20,7 +20,7 @@ from pt2_bug_basher.execution.cpus import usable_cpus
 from pt2_bug_basher.execution.repro import COMPILE_OFF_ENV
 from pt2_bug_basher.execution.runs import RunResult, execute
 from pt2_bug_basher.execution.warm import WarmRequest
-from pt2_bug_basher.playbooks import PLAYBOOKS
+from pt2_bug_basher.playbooks import PLAYBOOKS, reducer_for
 from pt2_bug_basher.reduce import minimal
 from pt2_bug_basher.reduce.ladder import LAUNCHER, Reference, run_timeout
 
@@ -100,15 +100,11 @@ def check_budget(budget_s: float | None) -> float:
 def pick_mode(store: Store, case: CaseRecord, ref: Reference) -> tuple[str, str, str]:
     """(mode, after, why) for mode='auto'."""
     loc = store.localization(case.case_id)
-    if loc is not None and loc.signature == ref.signature:
-        first = loc.first_failing
-        if first == "inductor":
-            return "fx", "aot", "localize: only Inductor fails, so PyTorch's minifier after AOTAutograd fits"
-        if first in ("aot_eager", "aot_eager_decomp_partition"):
-            return "fx", "dynamo", f"localize: it first fails at {first}, so the minifier after Dynamo fits"
-        if first == "eager":
-            return "source", "aot", "localize: it fails with backend='eager' (Dynamo), where the FX minifier " \
-                                    "does not apply"
+    if loc is not None and loc.signature == ref.signature and loc.first_failing:
+        mode, after = reducer_for(ref.category, loc.layer)
+        fits = f"PyTorch's minifier after {after}" if mode == "fx" else "the source reducer (the FX minifier " \
+                                                                       "cannot see it)"
+        return mode, after, f"localize: a {ref.category} in {loc.layer} (first fails at {loc.first_failing}), so {fits}"
     if ref.category in _FX_CATEGORIES and not (ref.signature or "").startswith("SIG"):
         return "fx", _FX_CATEGORIES[ref.category], f"category {ref.category}: a backend failure on a captured graph"
     return "source", "aot", f"category {ref.category}: the FX minifier does not apply (no failing backend graph)"
