@@ -180,6 +180,13 @@ async def test_a_wrong_result_in_aotautograd_gets_the_aot_logs_no_minifier_and_t
         assert "logs" in logged["recorded"], logged
         assert mini.store.get_run(logged["runs"][0]["run_id"], case_id).env["TORCH_LOGS"] == \
             "aot_graphs,aot_joint_graph,+aot"
+        # Classified, the next step leads with step 8's waiver: no artifact can show a fault outside the graph.
+        classified = await ok(client, "classify_error", case_id=case_id, run_id=logged["runs"][0]["run_id"])
+        following = (await ok(client, "get_workflow", case_id=case_id))["case"]["next_step"]
+        for said in (classified["next_step"], following):
+            step8 = said[said.index("Step 8"):]
+            assert 'waive_step(case_id="' in step8.split("; or collect", 1)[0], said
+            assert "outside the compiled graph" in said and "collect_debug_artifacts(" in said, said
         # Step 8 says no artifact shows a fault outside the graph, and names the wrappers instead of kernels.
         collected = await ok(client, "collect_debug_artifacts", case_id=case_id, script="aot_eager_fails.py")
     text = collected["next_step"]

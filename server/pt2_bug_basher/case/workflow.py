@@ -359,16 +359,35 @@ class Workflow:
                 found_from = " and ".join(sources) or "localize's suspects and the reproduction's traceback"
                 return f"Find the root cause from {found_from}, fix it in the repository, then: " + status.tool_call
             text = f"Step {status.number} ({status.title}): {status.tool_call}"
-            if status.step == Step.artifacts and self.localization is not None \
-                    and self.localization.first_failing == "eager":
-                cid = self.case.case_id
-                text += (" - localize found backend='eager' failing, so no graph reaches Inductor: this collects "
-                         "Dynamo's own logs and guards, not kernels. If the traceback and localize's suspects show "
-                         f'the cause already: waive_step(case_id="{cid}", step="artifacts", reason="fails with '
-                         "backend='eager': no graph reaches Inductor, and localize's suspects name the Dynamo "
-                         'source")')
+            if status.step == Step.artifacts:
+                text = self._artifacts_next(status, text)
             return text
         return "All steps are complete. Well done."
+
+    def _artifacts_next(self, status: StepStatus, text: str) -> str:
+        """Step 8 where localize's layer says the artifacts cannot show the bug: the waiver first (a wrong result
+        outside the graph), or beside the call (backend='eager': Dynamo's logs, no kernels)."""
+        from pt2_bug_basher.playbooks import blind_spot
+
+        loc = self.localization
+        if loc is None:
+            return text
+        cid = self.case.case_id
+        if blind_spot(self.category(), loc.layer) is not None:
+            waive_call = format_call(ToolName.waive_step, case_id=cid, step=Step.artifacts.value, reason=(
+                f"{self.category()} in {loc.layer}: the compiled graph's outputs match eager, so no artifact shows "
+                "the fault; read the runtime wrappers instead"))
+            return (f"Step {status.number} ({status.title}) cannot show a wrong result that lies outside the "
+                    f"compiled graph, as localize found it ({loc.layer}): {waive_call}; or collect them anyway: "
+                    f"{status.tool_call}")
+        if loc.first_failing == "eager":
+            waive_call = format_call(ToolName.waive_step, case_id=cid, step=Step.artifacts.value, reason=(
+                "fails with backend='eager': no graph reaches Inductor, and localize's suspects name the Dynamo "
+                "source"))
+            return (text + " - localize found backend='eager' failing, so no graph reaches Inductor: this collects "
+                    "Dynamo's own logs and guards, not kernels. If the traceback and localize's suspects show the "
+                    f"cause already: {waive_call}")
+        return text
 
 
 def _past_classification(flow: Workflow) -> str:
