@@ -136,6 +136,7 @@ async def run_minify(store: Store, case: CaseRecord, ref: Reference, script: Pat
     started = time.monotonic()
     why = f"mode={mode} was asked for"
     judged_note = None
+    polish_s: float | None = None  # a small repro's source reduction only polishes it
     if mode == "auto":
         judged = minimal.judge(script.read_text(errors="replace"))
         if judged.minimal:
@@ -146,6 +147,7 @@ async def run_minify(store: Store, case: CaseRecord, ref: Reference, script: Pat
             return done
         judged_note = f"not already minimal: {judged.why_not}"
         mode, after, why = pick_mode(store, case, ref)
+        polish_s = judged.polish_budget_s if judged.small else None
         if mode == "source" and judged.small and budget_s > judged.polish_budget_s:
             judged_note += (f"; small already ({judged.describe()}), so the source reducer only polishes it and "
                             f"gets {judged.polish_budget_s:.0f} s of the {budget_s:.0f} s budget "
@@ -158,6 +160,8 @@ async def run_minify(store: Store, case: CaseRecord, ref: Reference, script: Pat
     if mode == "fx":
         await _fx(store, case, ref, script, after, budget_s, progress, work, result)
         remaining = budget_s - (time.monotonic() - started)
+        if polish_s is not None:
+            remaining = min(remaining, polish_s)
         if not result.confirmed and why.startswith(("localize", "category")) and remaining > 30:
             result.notes.append(f"the FX minifier gave no confirmed repro; falling back to the source reducer "
                                 f"with the remaining {remaining:.0f} s")
