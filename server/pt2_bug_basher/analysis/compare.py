@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field
 
-from pt2_bug_basher.analysis.failure import normalise_message, parse
+from pt2_bug_basher.analysis.failure import normalise_message, parse, raised_in
 
 if TYPE_CHECKING:
     from pt2_bug_basher.execution.runs import RunResult
@@ -62,8 +62,6 @@ _BACKEND_WORDS = re.compile(
 Level = Literal["signature", "exception", "assertion", "category"]
 COMPILED_MARK = "PT2BB-COMPILED:"  # the line launcher.py prints when the script ends
 _COMPILED_LINE = re.compile(rf"^{COMPILED_MARK} (\{{.*\}})\s*$", re.M)
-# frames of comparison helpers a script's own check raises through
-_CHECK_HELPERS = re.compile(r"(?:^|/)(?:torch/testing|unittest|numpy/testing|_pytest)/")
 
 
 def short_type(name: str | None) -> str | None:
@@ -92,7 +90,7 @@ class Compiled(BaseModel):
 
 
 class Raiser(BaseModel):
-    """Where the final exception was raised: its innermost frame outside comparison helpers."""
+    """Where the final exception was raised: the frame that decides whose code raised it."""
 
     file: str
     in_torch: bool
@@ -160,13 +158,12 @@ def compiled_report(stderr: str) -> Compiled | None:
 
 
 def raiser(stderr: str) -> Raiser | None:
-    """Where the final exception was raised: its innermost frame that is not a comparison helper."""
-    blocks = [b for b in parse(stderr).blocks if b.exc is not None and b.frames]
-    if not blocks:
+    """Where the final exception was raised, by the frame that decides whose code raised it (failure.raised_in)."""
+    found = raised_in(parse(stderr))
+    if found is None:
         return None
-    frames = blocks[-1].frames
-    frame = next((f for f in reversed(frames) if not _CHECK_HELPERS.search(f.file.replace("\\", "/"))), frames[-1])
-    return Raiser(file=frame.file, in_torch=frame.in_torch, generated=any(f.in_generated_code() for f in frames))
+    kind, frame = found
+    return Raiser(file=frame.file, in_torch=kind == "torch", generated=kind == "compiled_code")
 
 
 def describe(failure: Failure) -> str:

@@ -973,10 +973,15 @@ def _generated(frame: Frame) -> bool:
         path.endswith("torch/fx/graph_module.py") and frame.function in ("call_wrapped", "__call__"))
 
 
+# comparison helpers outside torch a program's own check raises through: the frame that called them decides
+_CHECK_HELPERS = re.compile(r"(?:^|/)(?:unittest|numpy/testing|_pytest)/")
+
+
 def raised_in(p: ParsedFailure) -> tuple[RaisedIn, Frame] | None:
     """Whose code raised the final exception, and the frame that decides: code torch generated or compiled
     (an FX graph's forward, Inductor's output code), torch's own code (past its public layer), or the program
-    (the script, its libraries, or a call into torch's public layer with what the script passed)."""
+    (the script, its libraries, or a call into torch's public layer or a comparison helper with what the
+    script passed)."""
     frames = _final_frames(p)
     for frame in reversed(frames):
         if _generated(frame):
@@ -984,7 +989,7 @@ def raised_in(p: ParsedFailure) -> tuple[RaisedIn, Frame] | None:
         path = frame.file.replace("\\", "/")
         if frame.in_torch and not any(part in path for part in _TORCH_API_LAYER):
             return "torch", frame
-        if not frame.in_torch:
+        if not frame.in_torch and not _CHECK_HELPERS.search(path):
             return "program", frame
     return ("torch", frames[-1]) if frames else None
 
