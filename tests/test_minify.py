@@ -393,6 +393,13 @@ async def test_a_candidate_running_at_the_deadline_is_stopped_there_and_not_judg
     # stopped at the deadline (3 s), not at the candidate timeout (120 s); the verdict stays open
     assert time.monotonic() - started < 30
     assert reducer.stats.budget_exhausted and reducer.stats.evaluations == 1 and reducer.cache == {}
+    # the original itself cut that way: it stands, unreduced (the reproduction already confirmed it)
+    slow = "import time\ntime.sleep(60)\nraise ValueError('boom')\n"
+    again = SourceReducer(ref, FreshEvaluator(case, {}, parallel=1), tmp_path / "work2", cwd=tmp_path,
+                          name=script.name, timeout_s=120.0, deadline=time.monotonic() + 3.0, progress=quiet,
+                          static_filter=False)
+    kept = await again.run(slow)
+    assert kept is not None and "time.sleep(60)" in kept and again.stats.evaluations == 1
 
 
 def test_the_sizes_an_answer_gives_count_statements_as_the_minimality_judge_does():

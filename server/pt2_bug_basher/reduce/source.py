@@ -229,8 +229,8 @@ class SourceReducer:
         self._settings = compiler_settings(start) if self._static_filter else frozenset()
         self._phase = "checking the original"
         if not await self.interesting(start):
-            if self.stats.budget_exhausted and self.stats.evaluations == 0:
-                return start  # the budget ran out before anything ran: the original stands, unreduced
+            if self.stats.budget_exhausted and _digest(start) not in self.cache:
+                return start  # the budget ran out before the original was judged: it stands, unreduced
             if not await self.interesting(source):
                 return None
             start = source
