@@ -360,3 +360,22 @@ def test_wait_gone_waits_for_a_killed_process_and_counts_zombies_as_gone():
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_the_next_open_step_is_the_one_the_next_step_sentence_leads_to(config):
+    from pt2_bug_basher.case.store import Store
+    from pt2_bug_basher.case.workflow import Workflow
+
+    store = Store(config.state_dir)
+    case = store.create_case(str(config.default_repo), sys.executable, {})
+    flow = lambda: Workflow(store, case.case_id, lambda: "tree-1")  # noqa: E731
+    first = flow().status()
+    assert first.next_open == Step.environment and first.next_step.startswith("Step 1 ")
+    store.add_evidence(case.case_id, Step.environment.value, True, "seen", tree_hash="tree-1")
+    assert flow().status().next_open == Step.reproduce
+    for step in (Step.reproduce, Step.reduce, Step.test, Step.main_check):
+        store.add_evidence(case.case_id, step.value, True, "seen", tree_hash="tree-1")
+    store.add_waiver(case.case_id, Step.logs.value, "not needed here")
+    later = flow().status()
+    assert later.next_open == Step.classify and later.next_step.startswith("Step 7 ")
+    assert {s.step: s.status for s in later.steps}[Step.logs] == "waived"

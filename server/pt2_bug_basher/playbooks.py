@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from pt2_bug_basher.domain.calls import format_call
 from pt2_bug_basher.domain.evidence import LocalizeRecord
-from pt2_bug_basher.domain.names import ToolName
+from pt2_bug_basher.domain.names import USER_ERROR, ToolName
 
 
 class _Frozen(BaseModel):
@@ -239,7 +239,7 @@ PLAYBOOKS: dict[str, Playbook] = {p.category: p for p in (
         diagnostic=_logs("export"),
     ),
     Playbook(
-        category="user_error",
+        category=USER_ERROR,
         telltale="not a compiler bug: the script fails the same way with `TORCHDYNAMO_DISABLE=1`, or the "
                  "exception is raised in the script's own backend (never read from text alone)",
         logs=None,  # no compiler logs: the failure is the script's
@@ -359,7 +359,6 @@ COVERS: dict[str, tuple[str, ...]] = {
     "dynamic_shapes": (DYNAMIC_SHAPES, "Dynamo"),
     "export": ("Dynamo", DYNAMIC_SHAPES),
 }
-_NOT_A_COMPILER_BUG = "user_error"
 
 
 def layer_of(record: LocalizeRecord | None) -> str | None:
@@ -390,7 +389,7 @@ def focus(category: str | None, layer: str | None) -> Focus:
     own = PLAYBOOKS.get(category or "") or PLAYBOOKS["unknown"]
     mine = Focus(playbook=own.category, source_files=list(own.source_files), test_files=list(own.test_files))
     area = LAYERS.get(layer or "")
-    if area is None or own.category == _NOT_A_COMPILER_BUG:
+    if area is None or own.category == USER_ERROR:
         return mine
     covers = COVERS.get(own.category, ())
     if covers[:1] == (layer,):
@@ -407,7 +406,7 @@ def log_preset(category: str | None, layer: str | None = None) -> str:
     graphs for AOTAutograd); the general one when neither has a preset."""
     own = PLAYBOOKS.get(category or "")
     area = LAYERS.get(layer or "")
-    if area is not None and own is not None and own.category != _NOT_A_COMPILER_BUG \
+    if area is not None and own is not None and own.category != USER_ERROR \
             and layer not in COVERS.get(own.category, ()):
         return area.logs
     return own.category if own is not None and own.logs else "unknown"

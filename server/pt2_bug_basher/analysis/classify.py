@@ -35,6 +35,8 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from pt2_bug_basher.domain.names import CATEGORIES, USER_ERROR, Category
+
 from . import fallback, learned
 from .failure import (
     EXTERNAL_SIGNALS,
@@ -53,16 +55,9 @@ from .failure import (
 )
 from .learned import LearnedGuess, TextModel
 
-Category = Literal["graph_break", "backend_compiler_failed", "recompile", "accuracy", "dynamo_internal",
-                   "runtime_crash", "triton", "dynamic_shapes", "export", "user_error", "unknown"]
 CompileMode = Literal["torch.compile", "strict_export", "non_strict_export"]
 Phase = Literal["trace", "backend_compile", "runtime"]
-
-CATEGORIES: tuple[str, ...] = ("graph_break", "backend_compiler_failed", "recompile", "accuracy",
-                               "dynamo_internal", "runtime_crash", "triton", "dynamic_shapes", "export", "user_error",
-                               "unknown")
-# Never read from text: the verdict gives it when the script fails the same way with compilation off.
-NOT_FROM_TEXT = ("user_error",)
+NOT_FROM_TEXT: tuple[Category, ...] = (USER_ERROR,)
 
 TAIL = 64 * 1024  # every anchor is searched in the last TAIL bytes
 MAX_HITS_PER_ANCHOR = 4  # occurrences of one anchor examined, from the end
@@ -923,7 +918,7 @@ def classify(text: str, exit_code: int | None = None, signal_name: str | None = 
     record = record_from_parsed(parsed, exit_code, last_line(text))
 
     # scores: a rule counts fully once, then with diminishing returns
-    scores = {c: 0.0 for c in CATEGORIES}
+    scores: dict[str, float] = {c: 0.0 for c in CATEGORIES}
     per_rule: dict[str, int] = {}
     for h in hits:
         k = per_rule.get(h.rule, 0)

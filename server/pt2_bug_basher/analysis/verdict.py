@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, Field
 
 from pt2_bug_basher.analysis.failure import Frame, RaisedIn, normalise_message, normalise_numbers
+from pt2_bug_basher.domain.names import USER_ERROR
 
 if TYPE_CHECKING:
     from pt2_bug_basher.analysis.torch_logs import LogSummary
@@ -215,7 +216,6 @@ def _where(frame: Frame | None) -> str | None:
 # --------------------------------------------------------------------------------------------
 # The verdict: what the runs, the compile-off run, the logs and localize say together
 
-USER_ERROR = "user_error"
 USER_ERROR_ADVICE = "fails without torch.compile too: not a compiler bug"
 OWN_BACKEND_ADVICE = ("raised in the script's own backend {backend}, which torch.compile calls with the captured "
                       "graph: a bug of that backend, not of PyTorch's compiler")

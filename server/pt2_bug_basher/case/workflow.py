@@ -25,7 +25,7 @@ from pt2_bug_basher.domain.evidence import (
     ReproduceEvidence,
     TestEvidence,
 )
-from pt2_bug_basher.domain.names import Step, ToolName
+from pt2_bug_basher.domain.names import CLOSED, USER_ERROR, Step, StepState, ToolName
 
 
 @dataclass(frozen=True)
@@ -105,7 +105,7 @@ class StepStatus(BaseModel):
     number: int
     step: Step
     title: str
-    status: str = Field(description="done, waived, stale (code changed since), failed, stopped, pending or agent")
+    status: StepState = Field(description="done, waived, stale (code changed since), failed, stopped, pending or agent")
     evidence: str | None = Field(None, description="what the server observed, in one line")
     run_id: str | None = None
     tool_call: str = Field(description="the call that completes this step")
@@ -123,6 +123,7 @@ class CaseStatus(BaseModel):
     steps: list[StepStatus]
     waivers: list[Waiver]
     stopped: str | None = Field(None, description="why the case is stopped, if it is")
+    next_open: Step | None = Field(None, description="the step next_step leads to (none when stopped or complete)")
     next_step: str
 
 
@@ -146,7 +147,6 @@ STOPPED_OWN_BACKEND = (
     'compile with backend="aot_eager"; or, if PyTorch is at fault after all (the backend only reports it), '
     'waive_step(case_id="{case_id}", step="reproduce", reason="<why PyTorch is at fault>").'
 )
-USER_ERROR = "user_error"
 
 TreeHashFn = Callable[[], str]
 
@@ -311,13 +311,13 @@ class Workflow:
         return status
 
     def is_complete(self, step: Step) -> bool:
-        return self.step_status(SPEC[step]).status in ("done", "waived")
+        return self.step_status(SPEC[step]).status in CLOSED
 
     def require(self, tool: ToolName) -> None:
         """Raise GateClosed naming the first missing step and the exact call that opens it."""
         for step in TOOL_REQUIRES.get(tool, ()):
             status = self.step_status(SPEC[step])
-            if status.status in ("done", "waived"):
+            if status.status in CLOSED:
                 continue
             if status.status == "stopped":
                 raise GateClosed(f"{tool.value} refused: the case is stopped — " + (self.stopped() or ""))
@@ -343,15 +343,19 @@ class Workflow:
             steps=steps,
             waivers=[Waiver(step=Step(w.step), reason=w.reason) for w in self._waivers],
             stopped=stopped,
+            next_open=None if stopped else self._next_open(steps),
             next_step=stopped or self._next(steps),
         )
 
+    @staticmethod
+    def _next_open(steps: list[StepStatus]) -> Step | None:
+        """The first step not closed and not the agent's own (steps 9 and 10)."""
+        return next((s.step for s in steps if s.status not in CLOSED and s.status != "agent"), None)
+
     def _next(self, steps: list[StepStatus]) -> str:
+        open_step = self._next_open(steps)  # steps 9 and 10 are the agent's: verification is the next observable
         for status in steps:
-            if status.status in ("done", "waived"):
-                continue
-            if status.status == "agent":
-                # Steps 9 and 10 are the agent's; verification is the next observable step.
+            if status.step != open_step:
                 continue
             if status.step == Step.verify and status.status == "pending":
                 named = {Step.logs: "the logs", Step.artifacts: "the debug artifacts"}

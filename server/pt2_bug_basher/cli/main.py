@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from pt2_bug_basher import __version__
+from pt2_bug_basher.domain.names import CLOSED
 
 DEFAULT_SKILL_DEST = Path.home() / ".claude" / "skills" / "pt2-bug-basher"
 
@@ -250,7 +251,7 @@ def _cases(args: argparse.Namespace) -> int:
         created = time.strftime("%Y-%m-%d %H:%M", time.localtime(case.created_at))
         try:
             status = state.workflow(case.case_id).status()
-            done = sum(s.status in ("done", "waived") for s in status.steps)
+            done = sum(s.status in CLOSED for s in status.steps)
             line = f"{done}/13 steps; next: {status.next_step}"
         except Exception as exc:  # a case whose repository is gone still gets listed
             line = f"status unavailable: {exc}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enum import Enum
+from typing import Literal, get_args
 
 
 class ToolName(str, Enum):
@@ -35,3 +36,14 @@ class Step(str, Enum):
     verify = "verify"
     review = "review"
     celebrate = "celebrate"
+
+
+Category = Literal["graph_break", "backend_compiler_failed", "recompile", "accuracy", "dynamo_internal",
+                   "runtime_crash", "triton", "dynamic_shapes", "export", "user_error", "unknown"]
+CATEGORIES: tuple[Category, ...] = get_args(Category)
+USER_ERROR: Category = "user_error"
+"""never read from text: the verdict gives it when the script fails the same way with compilation off"""
+
+StepState = Literal["done", "waived", "stale", "failed", "stopped", "pending", "agent"]
+CLOSED: frozenset[StepState] = frozenset({"done", "waived"})
+"""the states in which a step needs nothing more"""

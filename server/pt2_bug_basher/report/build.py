@@ -38,6 +38,7 @@ from pt2_bug_basher.domain.evidence import (
     TestEvidence,
     VerifyEvidence,
 )
+from pt2_bug_basher.domain.names import CLOSED
 from pt2_bug_basher.report.svg import size_chart_svg, timeline_svg
 from pt2_bug_basher.report.views import (
     MAX_CHARTS,
@@ -133,7 +134,7 @@ def build_report(store: Store, case_id: str, tree_hash: Callable[[], str] | None
     hidden = max(0, len(run_views) - MAX_RUNS_SHOWN)
     report = CaseReport(
         case_id=case.case_id, repo=case.repo, python=case.python, torch=torch, created=when_text(case.created_at),
-        generated=when_text(time.time()), complete=sum(s.status in ("done", "waived") for s in steps),
+        generated=when_text(time.time()), complete=sum(s.status in CLOSED for s in steps),
         total=sum(s.status != "agent" for s in steps),
         agent_steps=" and ".join(f"{s.number} ({s.title.lower()})" for s in steps if s.status == "agent"),
         stopped=status.stopped, next_step=status.next_step, steps=steps,

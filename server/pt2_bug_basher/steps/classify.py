@@ -18,7 +18,7 @@ from pt2_bug_basher.case.workflow import CaseStatus, Workflow
 from pt2_bug_basher.domain.calls import format_call
 from pt2_bug_basher.domain.errors import InvalidInput
 from pt2_bug_basher.domain.evidence import ClassifyEvidence, EvidenceLineRecord, ReproduceEvidence, Suspect
-from pt2_bug_basher.domain.names import Step, ToolName
+from pt2_bug_basher.domain.names import CLOSED, Step, ToolName
 from pt2_bug_basher.execution.environment import interpreter_of_frames
 from pt2_bug_basher.playbooks import (
     PLAYBOOKS,
@@ -416,7 +416,7 @@ def next_diagnostic(state: AppState, flow: Workflow, status: CaseStatus, playboo
     call = diagnostic_call(playbook, flow.case.case_id, script)
     if not _diagnostic_done(state, flow, found.tool, found.arguments):
         return call
-    pending = [s for s in status.steps if s.status not in ("done", "waived", "agent")]
+    pending = [s for s in status.steps if s.status not in CLOSED and s.status != "agent"]
     if pending:
         return pending[0].tool_call
     return format_call(ToolName.get_workflow, case_id=flow.case.case_id)

@@ -24,7 +24,7 @@ from pt2_bug_basher.case.scripts import copy_note
 from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.domain.bisection import BisectReport
 from pt2_bug_basher.domain.evidence import Suspect
-from pt2_bug_basher.domain.names import Step, ToolName
+from pt2_bug_basher.domain.names import CLOSED, Step, ToolName
 from pt2_bug_basher.execution.cpus import usable_cpus
 from pt2_bug_basher.execution.gitstate import RecentChange
 from pt2_bug_basher.execution.runs import ProgressFn, ignore_progress
@@ -182,7 +182,7 @@ async def localize(
         state.store.set_localization(case_id, record)
     status = await state.status(case_id)
     reduced = next(s for s in status.steps if s.step == Step.reduce)
-    if reduced.status in ("done", "waived"):  # never propose a reduction the case already has
+    if reduced.status in CLOSED:  # never propose a reduction the case already has
         result.next_step = f"Step 3 is complete already ({reduced.evidence}). {status.next_step}"
     return result
 

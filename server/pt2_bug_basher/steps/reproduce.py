@@ -6,14 +6,14 @@ from pathlib import Path
 
 import anyio
 
-from pt2_bug_basher.analysis.verdict import USER_ERROR, USER_ERROR_ADVICE, RunOutcome
+from pt2_bug_basher.analysis.verdict import USER_ERROR_ADVICE, RunOutcome
 from pt2_bug_basher.case.scripts import CaseScript, copy_note
 from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.case.store import CaseRecord, RunRecord, Store
 from pt2_bug_basher.case.workflow import CaseStatus
 from pt2_bug_basher.domain.errors import InvalidInput
 from pt2_bug_basher.domain.evidence import ReproduceEvidence
-from pt2_bug_basher.domain.names import Step, ToolName
+from pt2_bug_basher.domain.names import USER_ERROR, Step, ToolName
 from pt2_bug_basher.execution.gitstate import tree_hash
 from pt2_bug_basher.execution.repro import (
     SILENT_LOGS,
@@ -241,7 +241,7 @@ async def next_step(state: AppState, result: RunWithLogsResult, repeat: int, spe
                 "a seed, threads, TORCHINDUCTOR_COMPILE_THREADS=1 to serialise compilation), then {}, repeat=3)."
                 ).format(failed, len(result.runs), "" if result.same_signature else " with different signatures", call)
     status = await state.status(case_id)
-    if Step.logs.value in result.recorded or not status.next_step.startswith("Step 6"):
+    if Step.logs.value in result.recorded or status.next_open != Step.logs:
         return status.next_step
     category = result.failure.category if result.failure else "unknown"
     preset = logs_step.preset_for(category, localized_layer(state.store, case_id))
