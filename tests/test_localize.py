@@ -211,3 +211,30 @@ async def test_a_config_switch_that_fixes_it_names_the_knob_and_what_it_means(mo
     knob = data["suspects"][0]  # the knob leads; spectra may rank functions after it
     assert knob["file"] == "torch/_inductor/config.py" and knob["function"] == "torch._inductor.config.fallback_random"
     assert torch_file(knob["file"]).read_text().splitlines()[knob["line"] - 1].startswith("fallback_random")
+
+
+EXPORT_ONLY = '''\
+import torch
+
+
+class Double(torch.nn.Module):
+    def forward(self, x):
+        return x * 2
+
+
+ep = torch.export.export(Double(), (torch.ones(3),))
+torch.testing.assert_close(ep.module()(torch.ones(3)), torch.full((3,), 3.0))
+'''
+
+
+async def test_a_script_that_reaches_the_compiler_only_through_export_is_put_in_export(module_config):
+    # no torch.compile to swap: every rung runs the script unchanged, which says nothing about Dynamo
+    script = module_config.default_repo / "examples" / "export_only.py"
+    script.write_text(EXPORT_ONLY)
+    async with Client(create_server(module_config)) as client:
+        case_id = await reproduced(client, module_config, script.name)
+        data = (await client.call_tool("localize", {"case_id": case_id, "bisect_budget_s": 0,
+                                                    "variants_budget_s": 0})).structured_content
+    assert set(rows(data).values()) == {"not compiled"}, data["table"]
+    assert data["first_failing"] is None and data["layer"] == "export", data["meaning"]
+    assert 'mode="source"' in data["minifier"] and "torch.export" in data["meaning"]

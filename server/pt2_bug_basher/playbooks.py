@@ -282,6 +282,7 @@ LAYER_PRESETS: dict[str, str] = {
 
 DYNAMIC_SHAPES = "dynamic shapes"
 DYNAMO_GUARDS = "Dynamo guards"
+EXPORT = "export"  # torch.export reaches the compiler itself: the backend ladder cannot swap it
 
 
 class LayerFiles(_Frozen):
@@ -337,6 +338,14 @@ LAYERS: dict[str, LayerFiles] = {
         test_files=["test/inductor/test_torchinductor.py", "test/inductor/test_cpu_repro.py",
                     "test/inductor/test_cuda_repro.py"],
     ),
+    EXPORT: LayerFiles(
+        playbook="export",
+        logs="export",
+        # tracing, the decompositions run_decompositions applies, and the module ep.module() builds around the graph
+        source_files=["torch/export/_trace.py", "torch/export/exported_program.py", "torch/export/_unlift.py",
+                      "torch/export/graph_signature.py", "torch/_export/non_strict_utils.py"],
+        test_files=["test/export/test_export.py", "test/export/test_unflatten.py"],
+    ),
     DYNAMIC_SHAPES: LayerFiles(
         playbook="dynamic_shapes",
         logs="dynamic_shapes",
@@ -357,7 +366,7 @@ COVERS: dict[str, tuple[str, ...]] = {
     "accuracy": ("Inductor", "decompositions"),
     "runtime_crash": ("Inductor",),
     "dynamic_shapes": (DYNAMIC_SHAPES, "Dynamo"),
-    "export": ("Dynamo", DYNAMIC_SHAPES),
+    "export": (EXPORT, "Dynamo", DYNAMIC_SHAPES),
 }
 
 
@@ -471,7 +480,8 @@ def minify_plan(category: str | None, layer: str | None) -> MinifyPlan:
 # (decompositions are applied while AOTAutograd traces, so after aot both sides run them); None: the FX minifier
 # cannot see the layer's bugs (it runs the graph Dynamo captured both ways)
 _AFTER_FOR_LAYER: dict[str, Literal["aot", "dynamo"] | None] = {
-    "Dynamo": None, DYNAMO_GUARDS: None, "AOTAutograd": "dynamo", "decompositions": "dynamo", "Inductor": "aot",
+    "Dynamo": None, DYNAMO_GUARDS: None, EXPORT: None, "AOTAutograd": "dynamo", "decompositions": "dynamo",
+    "Inductor": "aot",
 }
 
 

@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field
 from pt2_bug_basher.analysis.compare import TRIAL, Failure, Oracle, Rules, describe, run_failure
 from pt2_bug_basher.analysis.guards import DynamoDecisions
 from pt2_bug_basher.analysis.spectra import Spectrum
+from pt2_bug_basher.analysis.verdict import uses_export
 from pt2_bug_basher.case.store import CaseRecord, Store
 from pt2_bug_basher.domain.bisection import BisectReport
 from pt2_bug_basher.domain.calls import format_call
@@ -30,7 +31,7 @@ from pt2_bug_basher.execution.cpus import usable_cpus
 from pt2_bug_basher.execution.runner import ProcessOutcome
 from pt2_bug_basher.execution.runs import BASE_ENV, RunResult, execute, private_cache_env, with_spectrum
 from pt2_bug_basher.execution.warm import WarmRequest
-from pt2_bug_basher.playbooks import reducer_for
+from pt2_bug_basher.playbooks import EXPORT, reducer_for
 from pt2_bug_basher.reduce import minimal
 from pt2_bug_basher.reduce.dynamo_guards import dynamo_decisions, wants_guard_run
 from pt2_bug_basher.reduce.variants import VariantOutcome, read_spectrum
@@ -189,6 +190,8 @@ _MEANING = {
 def _outcome(verdict: Failure, match: str | None, compiled: bool) -> str:
     if verdict.timed_out:
         return "timeout"
+    if not compiled:  # no torch.compile call was swapped: the rung ran the script as it is and tells nothing
+        return "not compiled"
     if match:
         return "same failure"
     if verdict.failed:
@@ -198,7 +201,8 @@ def _outcome(verdict: Failure, match: str | None, compiled: bool) -> str:
 
 async def localize(
     store: Store, case: CaseRecord, ref: Reference, script: Path, *, progress, cwd: Path | None = None,
-    limiter: anyio.CapacityLimiter | None = None, below: Callable[[str], Coroutine[Any, Any, None]] | None = None,
+    limiter: anyio.CapacityLimiter | None = None,
+    below: Callable[[str | None], Coroutine[Any, Any, None]] | None = None,
     on_row: Callable[[LadderRow], None] | None = None, spectra: list[Spectrum] | None = None,
 ) -> LocalizeResult:
     """The ladder; `below(first_failing)` runs beside the dynamic=False/True rungs, within the same limiter;
@@ -283,6 +287,10 @@ async def localize(
             decisions.append(await dynamo_decisions(store, case, command("eager", "script"), env=ref.env,
                                                     cwd=cwd or script.parent, timeout_s=timeout, progress=progress))
 
+    source = script.read_text(errors="replace")
+    through_export = not any(r.outcome != "not compiled" for r in table) and uses_export(source)
+    if first is None and through_export and below is not None:
+        await below(None)  # no backend to bisect below, but the variants' spectra still apply
     if first is not None:
         async with anyio.create_task_group() as group:
             for dyn in ("False", "True"):
@@ -305,7 +313,9 @@ async def localize(
             dynamic_text = "forcing dynamic either way changes the outcome: compare the two rows."
     if not any(r.outcome != "not compiled" for r in table):
         notes.append("the script never called torch.compile or torch._dynamo.optimize (torch.export and "
-                     "AOTInductor calls are not swapped): the ladder does not apply; reduce the source instead.")
+                     "AOTInductor calls are not swapped): the ladder does not apply"
+                     + ("; the near-miss variants ran as the script is." if through_export else
+                        "; reduce the source instead."))
     if any(r.outcome == "different failure" for r in table):
         notes.append("'different failure' rows fail, but not the case's way: compare them before trusting the "
                      "layer (a lower backend may fail earlier for another reason).")
@@ -316,7 +326,14 @@ async def localize(
     cid = case.case_id
     # the reducer the category and layer call for: (mode, after)
     reducer: tuple[str, str | None] = ("source", None)
-    if first is None:
+    if first is None and through_export:
+        layer, meaning = EXPORT, (
+            "the script reaches the compiler through torch.export, which the backend ladder does not swap: the "
+            "bug is in torch.export (tracing, run_decompositions, the exported program's signature, or the "
+            "module ep.module() builds around the graph). The variants' spectra below say which code ran only "
+            "when it failed.")
+        reducer = reducer_for(ref.category, layer)[0], None
+    elif first is None:
         layer, meaning = "unknown", (
             "no backend on the ladder fails the case's way: the failure needs the script's own backend or "
             "options (a custom backend, mode=..., config), or does not come from compilation.")
@@ -335,7 +352,7 @@ async def localize(
         notes=notes, dynamo=dynamo, suspects=suspects,
         next_step=f'Reduce it: minify(case_id="{cid}", mode="auto") (from this localisation it runs {minify_call}).',
     )
-    judged = minimal.judge(script.read_text(errors="replace"))
+    judged = minimal.judge(source)
     if judged.small and not judged.minimal and reducer[0] == "source":
         result.next_step = (f"The repro is small already ({judged.describe()}): "
                             f'minify(case_id="{cid}", mode="auto") polishes it within a budget of about '
