@@ -230,6 +230,15 @@ def test_minimality_is_judged_from_the_source():
         # float("inf") is a number, not an op: masked_fill and amin are the two
         "def f(x, m):\n    return x.masked_fill(m, float('inf')).amin(dim=1)\ntorch.compile(f)(x, m)": 2,
         "def f(x):\n    return x * float(x.shape[0])\ntorch.compile(f)(torch.ones(2))": 3,
+        # torch.export compiles a module's forward as torch.compile does
+        """
+        class M(torch.nn.Module):
+            def forward(self, x, w):
+                x.mul_(w)
+                return x.sum()
+
+        ep = torch.export.export(M(), (torch.ones(4), torch.ones(4))).run_decompositions()
+        """: 2,
     }
     for source, ops in forms.items():
         judged = judge("import torch\n" + textwrap.dedent(source))

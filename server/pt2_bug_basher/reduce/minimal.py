@@ -2,8 +2,9 @@
 
 Two counts decide: the statements of the script (imports, docstrings and `pass` left out; nested
 statements counted) and the ops the compiled code calls: every call, operator, comparison and
-subscript in the body of what `torch.compile` / `torch._dynamo.optimize` is applied to (a function,
-a lambda, or a module's `forward`), following calls into functions and methods the script defines.
+subscript in the body of what `torch.compile` / `torch._dynamo.optimize` / `torch.export.export` is
+applied to (a function, a lambda, or a module's `forward`), following calls into functions and methods
+the script defines.
 When the compiled code cannot be found, the repro is not judged minimal: the reducer decides.
 """
 
@@ -19,7 +20,7 @@ SMALL_STATEMENTS = 16
 SMALL_COMPILED_OPS = 8
 # Agents saw 120 s spent to drop one statement of an eleven-statement repro: polishing gets a minute.
 POLISH_BUDGET_S = 60.0
-_COMPILERS = {"compile", "optimize", "optimize_assert"}
+_COMPILERS = {"compile", "optimize", "optimize_assert", "export"}
 
 Body = ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
 
@@ -69,7 +70,7 @@ def judge(source: str) -> Minimality:
     found = _Script(tree)
     bodies, unresolved = found.compiled()
     if unresolved or not bodies:
-        why = f"cannot tell what {unresolved} compiles" if unresolved else "no torch.compile call found"
+        why = f"cannot tell what {unresolved} compiles" if unresolved else "no torch.compile or torch.export call found"
         return Minimality(statements, None, why_not=why)
     ops = sum(found.ops(body, {}, set()) for body in bodies)
     names = [getattr(b, "name", "<lambda>") for b in bodies]
@@ -140,7 +141,7 @@ class _Script:
                 self.assigned[node.targets[0].id] = node.value
 
     def _compiler(self, node: ast.expr) -> str | None:
-        """'compile' or 'optimize' when node names torch's compile entry point."""
+        """'compile', 'optimize' or 'export' when node names one of torch's compile entry points."""
         name = _dotted(node)
         if name and name[0] in self.torch_names and name[-1] in _COMPILERS:
             return name[-1]
@@ -155,8 +156,8 @@ class _Script:
                     if self._compiler(dec.func if isinstance(dec, ast.Call) else dec):
                         targets.append(node)
             elif isinstance(node, ast.Call):
-                if self._compiler(node.func) == "compile" and node.args:
-                    targets.append(node.args[0])  # torch.compile(fn, ...)
+                if self._compiler(node.func) in ("compile", "export") and node.args:
+                    targets.append(node.args[0])  # torch.compile(fn, ...), torch.export.export(module, args)
                 elif isinstance(node.func, ast.Call) and node.args:
                     kind = self._compiler(node.func.func)  # torch.compile(backend=...)(fn), optimize("eager")(fn)
                     if kind is not None and (kind != "compile" or not node.func.args):
