@@ -392,6 +392,17 @@ def test_constraint_violation_is_export_with_export_in_frames_or_script():
     assert c.category == "export" and c.compile_mode in ("strict_export", "non_strict_export")
 
 
+def test_dynamo_names_in_the_text_of_an_export_only_script_do_not_make_it_torch_compile():
+    text = ("[rank0]: V1205 torch/_dynamo/utils.py:1 [0/0] traced\nTraceback (most recent call last):\n"
+            '  File "/w/repro.py", line 19, in <module>\n    torch.testing.assert_close(exported, eager)\n'
+            "AssertionError: Tensor-likes are not close!\n")
+    exported = "import torch\nep = torch.export.export(M(), (x,)).run_decompositions()\n"
+    assert classify(text).compile_mode == "torch.compile"
+    assert classify(text, script_text=exported).compile_mode == "non_strict_export"
+    both = exported + "f = torch.compile(g)\n"
+    assert classify(text, script_text=both).compile_mode == "torch.compile"
+
+
 @pytest.mark.parametrize("line", [
     "torch.fx.experimental.symbolic_shapes.GuardOnDataDependentSymNode: Could not guard on data-dependent "
     "expression Eq(u0, 1) (unhinted: Eq(u0, 1)).  (Size-like symbols: u0)",

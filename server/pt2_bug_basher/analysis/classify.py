@@ -909,6 +909,9 @@ def classify(text: str, exit_code: int | None = None, signal_name: str | None = 
     mode = _compile_mode(text, parsed)
     if mode in ("strict_export", "non_strict_export"):
         _export_mode_evidence(parsed, mode, hits)
+    if script_text and mode == "torch.compile" and _EXPORT_IN_SCRIPT.search(script_text) \
+            and not _COMPILE_IN_SCRIPT.search(script_text):
+        mode = None  # Dynamo's names in the text come from export's own tracing: the script says which it is
     uses_export = _uses_export(parsed, mode, script_text)
     if script_text and mode is None:
         if _EXPORT_IN_SCRIPT.search(script_text):
