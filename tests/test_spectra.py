@@ -262,3 +262,58 @@ def recorded_spectra(case_dir: Path, data: dict) -> list[Spectrum]:
 
 def test_spans_type_is_hashable_for_the_ranking():
     assert len({FunctionSpan("a", 1, 2), FunctionSpan("a", 1, 2)}) == 1
+
+
+OLD_UNLIFT = '''\
+def copy_back(outputs, mutated):
+    copies = []
+    for out, name in zip(outputs, mutated):
+        if name is None:
+            continue
+        copies.append((name, out))
+    return copies
+
+
+def untouched(x):
+    return x
+'''
+
+
+def test_recently_changed_lines_the_failing_runs_ran_name_their_function(tmp_path: Path):
+    """The history and the spectra point at the same lines: the function a recent commit changed whose new lines
+    only the failing runs ran is named, with the commit, even when the spectra alone tie it with others."""
+    import git
+
+    from pt2_bug_basher.analysis.spectra import changed_lines_ran
+    from pt2_bug_basher.execution.gitstate import recently_changed_lines
+    from pt2_bug_basher.steps.localize import changed_functions_ran, recent_changes
+
+    repo = git.Repo.init(tmp_path)
+    path = tmp_path / "torch" / "export" / "unlift.py"
+    path.parent.mkdir(parents=True)
+    path.write_text(OLD_UNLIFT)
+    repo.index.add([str(path)])
+    repo.index.commit("torch sources")
+    path.write_text(OLD_UNLIFT.replace("            continue\n", "            continue\n        if out.shape:\n"
+                                       "            continue\n"))
+    repo.index.add([str(path)])
+    repo.index.commit("skip the copy-back for same-shaped outputs")
+    file = "torch/export/unlift.py"
+    assert recently_changed_lines(tmp_path, [file]) == {file: {6, 7}}
+    assert recently_changed_lines(tmp_path, [file], within=0) == {}  # nothing is recent: HEAD is the base
+
+    def run(failed: bool, lines: set[int]) -> Spectrum:
+        return Spectrum(f"run-{failed}-{len(lines)}", failed, {file: frozenset(lines)}, root=str(tmp_path))
+
+    body = {1, 2, 3, 4, 6, 8, 9, 13}
+    spectra = [run(True, body | {7}), run(False, {1, 2, 3, 4, 5, 9}), run(False, body | {14})]
+    assert [(c.line, c.failed_runs, c.passed_runs) for c in changed_lines_ran(spectra, {file: {6, 7}})] == \
+        [(7, 1, 0), (6, 1, 1)]
+    assert changed_lines_ran(spectra, {file: {1, 5, 14}}) == []  # every passing run ran it, or no failing one did
+    [found] = changed_functions_ran(tmp_path, spectra)
+    assert (found.file, found.function, found.line) == (file, "copy_back", 7)
+    [change] = recent_changes(tmp_path, [(found.file, found.line, found.function)], {(file, "copy_back"): found.why})
+    assert change.change.subject == "skip the copy-back for same-shaped outputs" and change.reached == found.why
+    # torch imported from elsewhere: its lines say nothing about this repository's history
+    elsewhere = [Spectrum(s.run_id, s.failed, s.lines, root=str(tmp_path / "site-packages")) for s in spectra]
+    assert changed_functions_ran(tmp_path, elsewhere) == []

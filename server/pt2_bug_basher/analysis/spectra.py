@@ -182,3 +182,34 @@ def files_to_read(spectra: list[Spectrum]) -> set[str]:
             if not passing or any(not lines <= p.lines.get(file, frozenset()) for p in passing):
                 out.add(file)
     return out
+
+
+@dataclass(frozen=True)
+class ChangedLine:
+    """A recently changed line a failing run ran."""
+
+    file: str
+    line: int
+    score: float
+    failed_runs: int
+    passed_runs: int
+
+
+def changed_lines_ran(spectra: list[Spectrum], changed: Mapping[str, Iterable[int]], formula: Formula = "ochiai"
+                      ) -> list[ChangedLine]:
+    """The changed lines some failing run ran and not every passing run did (a line every run ran cannot tell
+    them apart), most suspicious first; empty without both a failing and a passing run."""
+    failing = [s for s in spectra if s.failed]
+    passing = [s for s in spectra if not s.failed]
+    if not failing or not passing:
+        return []
+    score_of = FORMULAS[formula]
+    out = []
+    for file, lines in changed.items():
+        for line in lines:
+            e_f = sum(1 for s in failing if line in s.lines.get(file, ()))
+            e_p = sum(1 for s in passing if line in s.lines.get(file, ()))
+            if e_f and e_p < len(passing):
+                score = score_of(e_f, e_p, len(failing) - e_f, len(passing) - e_p)
+                out.append(ChangedLine(file, line, score, e_f, e_p))
+    return sorted(out, key=lambda c: (-c.score, c.file, c.line))

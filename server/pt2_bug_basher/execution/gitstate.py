@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -162,3 +163,33 @@ def recent_change(repo_dir: Path, file: str, first: int, last: int,
         return None
     return RecentChange(newest[:12], subjects.get(newest, ""), time.strftime("%Y-%m-%d", time.gmtime(times[newest])),
                         back)
+
+
+_HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,(\d+))? @@")
+
+
+def recently_changed_lines(repo_dir: Path, files: list[str], within: int = RECENT_COMMITS) -> dict[str, set[int]]:
+    """The lines of `files` (numbered as the working tree has them) that the last `within` commits of HEAD or
+    uncommitted edits changed; a deletion marks the lines on either side of it. The oldest commit of a shorter
+    history counts as old, as blame's boundary does. Empty when git cannot tell."""
+    import git
+
+    if not files:
+        return {}
+    try:
+        repo = open_repo(repo_dir)
+        revs = repo.git.rev_list(f"--max-count={within + 1}", "HEAD", kill_after_timeout=BLAME_TIMEOUT_S).split()
+        text = repo.git.diff("-U0", "--no-color", "--no-ext-diff", "--no-renames", revs[-1], "--", *files,
+                             kill_after_timeout=BLAME_TIMEOUT_S)
+    except (InvalidInput, git.GitCommandError, IndexError):
+        return {}
+    out: dict[str, set[int]] = {}
+    current: str | None = None
+    for line in text.splitlines():
+        if line.startswith("+++ "):
+            current = line[len("+++ b/"):] if line.startswith("+++ b/") else None
+        elif current is not None and (hunk := _HUNK.match(line)):
+            start, count = int(hunk.group(1)), int(hunk.group(2) or 1)
+            lines = range(start, start + count) if count else (start, start + 1)
+            out.setdefault(current, set()).update(n for n in lines if n > 0)
+    return out

@@ -11,7 +11,7 @@ from pathlib import Path
 import anyio
 from anyio.abc import TaskGroup
 
-from pt2_bug_basher.analysis.spectra import Formula, Spectrum, files_to_read, rank
+from pt2_bug_basher.analysis.spectra import Formula, Spectrum, changed_lines_ran, files_to_read, function_spans, rank
 from pt2_bug_basher.analysis.suspects import (
     bisect_suspects,
     codegen_summary,
@@ -104,7 +104,7 @@ async def localize(
 
     started = time.monotonic()
 
-    async def below(first: str) -> None:
+    async def below(first: str | None) -> None:
         await bisect(first)
         report = found.get("report")
         if report is not None and (report.culprit is not None or report.config is not None):
@@ -118,7 +118,7 @@ async def localize(
                 state.store, case, ref.failure, ref.env, ref.args, path, launcher=LAUNCHER, backend=first,
                 timeout_s=run_timeout(ref), limiter=limiter, progress=progress, budget_s=budget))
 
-    async def bisect(first: str) -> None:
+    async def bisect(first: str | None) -> None:
         if first in BISECTABLE_BACKENDS and bisect_budget_s > 0:
             await table_read.wait()
             if "table" not in tables:
@@ -157,7 +157,10 @@ async def localize(
     places = [(s.file, s.line, s.function) for s in result.suspects[:MAX_BLAMED] if s.line]
     if result.bisection is not None:
         places += [(c.file, c.line, c.function) for c in result.bisection.codegen[:MAX_BLAMED_CODEGEN] if c.line]
-    changes = await anyio.to_thread.run_sync(recent_changes, Path(case.repo), places)
+    ran = await anyio.to_thread.run_sync(changed_functions_ran, Path(case.repo), spectra)
+    places += [(r.file, r.line, r.function) for r in ran]
+    changes = await anyio.to_thread.run_sync(recent_changes, Path(case.repo), places,
+                                             {(r.file, r.function): r.why for r in ran})
     result.suspects = changed_first(result.suspects, changes)
     if result.suspects:
         top = result.suspects[0]
@@ -204,6 +207,7 @@ def spectral(spectra: list[Spectrum]) -> list[tuple[Suspect, int]]:
 
 
 MAX_BLAMED = 3  # suspects whose recent history is read (git blame of each function, four at a time)
+MAX_CHANGED_RAN = 3  # ... and functions whose recently changed lines the failing runs ran
 MAX_BLAMED_CODEGEN = 8  # ... and code-generation functions that ran only with the culprit
 
 
@@ -216,13 +220,60 @@ class FunctionChange:
     last: int
     function: str
     change: RecentChange
+    reached: str | None = None
+    """how the spectra reached it (None: a suspect, or code generation that ran only with the culprit)"""
 
     def when(self) -> str:
         back = self.change.commits_before_head
         return "HEAD itself" if back == 0 else f"{back} commit(s) before HEAD"
 
 
-def recent_changes(repo: Path, places: list[tuple[str, int, str]]) -> list[FunctionChange]:
+@dataclass(frozen=True)
+class ChangedRan:
+    """A function whose recently changed lines a failing run ran."""
+
+    file: str
+    line: int
+    function: str
+    why: str
+
+
+def changed_functions_ran(repo: Path, spectra: list[Spectrum]) -> list[ChangedRan]:
+    """The functions of the repository whose lines changed in the last commits (or uncommitted) ran in the
+    failing runs and not in every passing one: the spectra and the history pointing at the same lines. Only
+    where torch is imported from the repository itself."""
+    from pt2_bug_basher.execution.gitstate import RECENT_COMMITS, recently_changed_lines
+
+    inside = {s.root for s in spectra if s.root and Path(s.root).resolve() == repo.resolve()}
+    mine = [s for s in spectra if s.root in inside]
+    files = sorted({file for s in mine if s.failed for file in s.lines})
+    hits = changed_lines_ran(mine, recently_changed_lines(repo, files), SPECTRUM_FORMULA)
+    spans: dict[str, list] = {}
+    found: dict[tuple[str, str], list] = {}
+    for hit in hits:
+        if hit.file not in spans:
+            spans[hit.file] = function_spans((repo / hit.file).read_text(errors="replace"))
+        holding = [s for s in spans[hit.file] if s.first <= hit.line <= s.last]
+        if not holding:
+            continue
+        span = min(holding, key=lambda s: s.last - s.first)
+        key = (hit.file, span.qualname)
+        if key not in found and len(found) == MAX_CHANGED_RAN:
+            continue
+        found.setdefault(key, []).append(hit)
+    failing = sum(1 for s in mine if s.failed)
+    out = []
+    for (file, function), lines in found.items():
+        top = lines[0]
+        numbers = ", ".join(str(h.line) for h in sorted(lines, key=lambda h: h.line)[:6])
+        out.append(ChangedRan(file, top.line, function, (
+            f"lines {numbers}, changed within the last {RECENT_COMMITS} commits, ran in {top.failed_runs}/{failing} "
+            f"failing and {top.passed_runs}/{len(mine) - failing} passing runs ({SPECTRUM_FORMULA} {top.score:.2f})")))
+    return out
+
+
+def recent_changes(repo: Path, places: list[tuple[str, int, str]],
+                   reached: dict[tuple[str, str], str] | None = None) -> list[FunctionChange]:
     """The suspect functions that one of the last commits of HEAD changed (a regression's likeliest cause),
     most recently changed first. Functions outside the repository, or changed long ago, are left out."""
     from pt2_bug_basher.analysis.suspects import enclosing_function, function_spans
@@ -239,7 +290,8 @@ def recent_changes(repo: Path, places: list[tuple[str, int, str]]) -> list[Funct
             functions.setdefault((file, first, last), function)
     with ThreadPoolExecutor(max_workers=4) as pool:
         found = list(pool.map(lambda place: recent_change(repo, *place), functions))
-    changes = [FunctionChange(file, first, last, function, change)
+    how = reached or {}
+    changes = [FunctionChange(file, first, last, function, change, how.get((file, function)))
                for ((file, first, last), function), change in zip(functions.items(), found, strict=True) if change]
     return sorted(changes, key=lambda c: c.change.commits_before_head)
 
@@ -272,9 +324,9 @@ def changed_first(suspects: list[Suspect], changes: list[FunctionChange]) -> lis
                 front.append(s.model_copy(update={"why": f"{s.why}; {said}",
                                                   "evidence": [*s.evidence, "recent_change"]}))
         else:
-            front.append(Suspect(file=c.file, line=c.first, function=c.function,
-                                 why=f"{said}; ran only with the culprit lowered (code generation)",
-                                 evidence=["recent_change", "codegen"]))
+            reach = c.reached or "ran only with the culprit lowered (code generation)"
+            front.append(Suspect(file=c.file, line=c.first, function=c.function, why=f"{said}; {reach}",
+                                 evidence=["recent_change", "spectrum" if c.reached else "codegen"]))
     return front + rest
 
 
