@@ -235,3 +235,25 @@ def test_a_sample_whose_arguments_hold_no_tensor_compares_by_equality():
                               capture_output=True, text=True, timeout=300)
         [line] = [x for x in done.stdout.splitlines() if x.startswith("PT2BB-SWEEP:")]
         assert json.loads(line.split(" ", 1)[1])["outcome"] == "pass", (op, done.stderr[-2000:])
+
+
+def test_an_export_case_sweeps_through_export_and_its_programs_run(tmp_path: Path):
+    """localize's export layer: samples and pattern programs go through torch.export and run_decompositions, the
+    path the case's bug lies on, not torch.compile; on a sound torch an input mutation comes back."""
+    from pt2_bug_basher.execution.sweep import PROBE
+
+    source = "class M(torch.nn.Module):\n    def forward(self, x, w):\n        x.mul_(w)\n        return x.sum()\n"
+    spec, why = case_spec(CaseSweepInputs(sources=[source], layer="export"))
+    assert spec.backends == ["export"] and any("run_decompositions" in line for line in why)
+    assert spec.programs and all("exported(f)" in p.code and "torch.compile" not in p.code for p in spec.programs)
+    program = next(p for p in spec.programs if p.name == "input_add_-nograd-export")
+    path = tmp_path / "input_add.py"
+    path.write_text(program.code)
+    subprocess.run([sys.executable, str(path)], check=True, capture_output=True, timeout=300)
+    # the mutation dropped: the comparison the program makes fails
+    path.write_text(program.code.replace("run_decompositions().module()(x)", "module()(x.clone())"))
+    assert subprocess.run([sys.executable, str(path)], capture_output=True, timeout=300).returncode != 0
+    done = subprocess.run([sys.executable, str(PROBE), "--op", "mul", "--sample", "0", "--backend", "export"],
+                          capture_output=True, text=True, timeout=300)
+    [line] = [x for x in done.stdout.splitlines() if x.startswith("PT2BB-SWEEP:")]
+    assert json.loads(line.split(" ", 1)[1])["outcome"] == "pass", done.stderr[-2000:]

@@ -171,7 +171,8 @@ def run_op_sample(index: dict, key: dict) -> tuple[str, str]:
     def call(*a, **kw):
         return fn(*a, **kw)
 
-    compiled_fn = torch.compile(call, backend=key["backend"], dynamic=key["dynamic"])
+    compiled_fn = _exported(call) if key["backend"] == "export" else \
+        torch.compile(call, backend=key["backend"], dynamic=key["dynamic"])
     try:
         compiled = _run(compiled_fn, _clone((args, kwargs)), key["requires_grad"])
     except Exception as exc:
@@ -184,6 +185,20 @@ def run_op_sample(index: dict, key: dict) -> tuple[str, str]:
         except Exception as exc:  # structures that do not compare (None against a tensor, ...)
             return "fail", f"{what} differ: {type(exc).__name__}: {exc}"
     return "pass", ""
+
+
+def _exported(fn):
+    """fn through torch.export.export(...).run_decompositions().module(), exported afresh for each call."""
+    import torch
+
+    class Call(torch.nn.Module):
+        def forward(self, *args, **kwargs):
+            return fn(*args, **kwargs)
+
+    def run(*args, **kwargs):
+        return torch.export.export(Call(), tuple(args), kwargs).run_decompositions().module()(*args, **kwargs)
+
+    return run
 
 
 def run_program(path: str) -> tuple[str, str]:

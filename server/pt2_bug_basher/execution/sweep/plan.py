@@ -23,8 +23,11 @@ _NOT_OPS = frozenset({"compile", "manual_seed", "assert_close", "print", "range"
                       "item", "tolist", "numpy", "backward", "requires_grad_", "detach", "clone", "to", "cpu",
                       "contiguous", "size", "dim", "numel", "reset", "allclose", "equal"})
 # The layers whose bugs the pattern programs exercise (localize's names).
-PATTERN_LAYERS = frozenset({"Dynamo", "AOTAutograd", "Dynamo guards", "dynamic shapes"})
+PATTERN_LAYERS = frozenset({"Dynamo", "AOTAutograd", "Dynamo guards", "dynamic shapes", "export"})
 DYNAMIC_LAYER = "dynamic shapes"
+EXPORT_LAYER = "export"
+EXPORT = "export"
+"""the sweep's name for torch.export.export(...).run_decompositions().module() in place of a backend"""
 
 
 def ops_in_graph_text(text: str) -> list[str]:
@@ -106,8 +109,12 @@ def case_spec(inputs: CaseSweepInputs, *, max_samples_per_op: int = 3) -> tuple[
     joined = "\n".join(inputs.sources)
     found = _BACKEND.search(joined)
     backend = found.group(1) if found else (inputs.first_failing or "inductor")
-    why.append(f"backend {backend}: " + ("the repro's" if found else "localize's first failing rung"
-                                        if inputs.first_failing else "torch.compile's default"))
+    if inputs.layer == EXPORT_LAYER:  # the case reaches the compiler through torch.export: sweep that path
+        backend = EXPORT
+        why.append("export: each sample runs through torch.export.export(...).run_decompositions().module()")
+    else:
+        why.append(f"backend {backend}: " + ("the repro's" if found else "localize's first failing rung"
+                                            if inputs.first_failing else "torch.compile's default"))
     dynamic = [False, True] if (inputs.localize_dynamic or inputs.layer == DYNAMIC_LAYER or _DYNAMIC.search(joined)) \
         else [False]
     dtypes = ["float32", *(d for d in _DTYPES if re.search(rf"\b{d}\b", joined))]
@@ -164,7 +171,15 @@ def run(fn):
     return result
 
 
-torch.testing.assert_close(run(torch.compile(f, backend={backend!r}, dynamic={dynamic})), run(f))
+def exported(fn):
+    class Call(torch.nn.Module):
+        def forward(self, x):
+            return fn(x)
+
+    return lambda x: torch.export.export(Call(), (x,)).run_decompositions().module()(x)
+
+
+torch.testing.assert_close(run({compiled}), run(f))
 '''
 
 
@@ -175,6 +190,8 @@ def pattern_programs(patterns: list[str], backend: str, dynamic: list[bool]) -> 
             for grad in (False, True):
                 for dyn in dynamic:
                     label = f"{name}-{'grad' if grad else 'nograd'}-{backend}{'-dynamic' if dyn else ''}"
+                    compiled = "exported(f)" if backend == EXPORT else \
+                        f"torch.compile(f, backend={backend!r}, dynamic={dyn})"
                     programs.append(ProgramSpec(name=label, code=_HARNESS.format(body=body, grad=grad,
-                                                                                 backend=backend, dynamic=dyn)))
+                                                                                 compiled=compiled)))
     return programs
