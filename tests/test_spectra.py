@@ -101,6 +101,18 @@ def test_spectrum_evidence_joins_the_suspect_another_mechanism_named_and_weights
     assert merged[-1].function in ("h", "plumbing"), merged
 
 
+def test_a_spectrum_suspect_says_how_many_functions_tie_with_it():
+    fail = [Spectrum(f"f{i}", True, {FILE: lines(5, 11, 12, 23)}) for i in range(2)]
+    ok = Spectrum("p", False, {FILE: lines(5)})
+    tied = [s for s, _ in spectrum_suspects(rank([*fail, ok], {FILE: MODULE}), "ochiai", 2, 1)]
+    assert {s.function for s in tied[:2]} == {"Lower.guilty", "other"}
+    assert all("tied with 1 other function(s)" in s.why for s in tied[:2]), tied
+    assert tied[2].function == "plumbing" and "tied" not in tied[2].why
+    near = Spectrum("p2", False, {FILE: lines(5, 23)})  # a near miss splits the tie
+    apart = [s for s, _ in spectrum_suspects(rank([*fail, ok, near], {FILE: MODULE}), "ochiai", 2, 2)]
+    assert apart[0].function == "Lower.guilty" and "tied" not in apart[0].why, apart
+
+
 # -- the probe on real runs --------------------------------------------------------------------
 
 SCRIPT = textwrap.dedent('''\

@@ -215,6 +215,7 @@ EVIDENCE_WEIGHT: dict[SuspectEvidence, float] = {
     "helper": 1.0, "codegen": 1.0,
 }
 MAX_SPECTRUM_SUSPECTS = 5
+SPECTRUM_RANKED = 10  # functions localize asks analysis.spectra.rank for
 
 
 def spectrum_suspects(ranked: list[RankedFunction], formula: str, failing: int, passing: int
@@ -223,9 +224,13 @@ def spectrum_suspects(ranked: list[RankedFunction], formula: str, failing: int, 
     out = []
     for r in ranked[:MAX_SPECTRUM_SUSPECTS]:
         where = ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in r.failing_only)
+        tied = sum(1 for other in ranked if other.score == r.score) - 1
+        more = "or more " if tied == len(ranked) - 1 and len(ranked) >= SPECTRUM_RANKED else ""
         why = (f"execution spectra: {formula} {r.score:.2f} ({r.lines_at_score} line(s) at that score); ran in "
                f"{r.failed_runs}/{failing} failing and {r.passed_runs}/{passing} passing runs"
-               + (f"; lines {where} ran only in failing runs" if where else ""))
+               + (f"; lines {where} ran only in failing runs" if where else "")
+               + (f"; tied with {tied} {more}other function(s) at that score, which the variants run so far do "
+                  "not tell apart" if tied else ""))
         suspect = Suspect(file=r.file, line=r.first, function=r.function, why=why, evidence=["spectrum"],
                           lines=[LineRange(first=a, last=b) for a, b in r.failing_only], score=round(r.score, 3))
         out.append((suspect, r.last))

@@ -13,6 +13,7 @@ from anyio.abc import TaskGroup
 
 from pt2_bug_basher.analysis.spectra import Formula, Spectrum, changed_lines_ran, files_to_read, function_spans, rank
 from pt2_bug_basher.analysis.suspects import (
+    SPECTRUM_RANKED,
     bisect_suspects,
     codegen_summary,
     exception_suspects,
@@ -201,7 +202,7 @@ def spectral(spectra: list[Spectrum]) -> list[tuple[Suspect, int]]:
             sources[file] = (Path(root) / file).read_text(errors="replace")
         except OSError:
             continue
-    ranked = rank(spectra, sources, SPECTRUM_FORMULA)
+    ranked = rank(spectra, sources, SPECTRUM_FORMULA, limit=SPECTRUM_RANKED)
     failing = sum(1 for s in spectra if s.failed)
     return spectrum_suspects(ranked, SPECTRUM_FORMULA, failing, len(spectra) - failing)
 
