@@ -223,6 +223,21 @@ async def test_sweep_finds_the_regression_the_repair_and_the_pre_existing_failur
         review = await ok(client, "review_changes", **case)
         assert review["sweep"].startswith(f"{sweep['samples']} samples of {len(sweep['ops'])} ops swept")
         assert f"0 regressions, {sweep['also_fixed_count']} also fixed" in review["sweep"]
+        assert "does not reach the bug" not in review["sweep"]  # hardsigmoid's samples tell main from the fix
+
+
+def test_a_sweep_that_tells_no_sample_apart_says_it_does_not_reach_the_bug():
+    from pt2_bug_basher.domain.evidence import SweepEvidence
+
+    blind = SweepEvidence(ops=["add"], backend="aot_eager", samples=46, compared_with_main=True)
+    assert not blind.tells_apart and "does not reach the bug" in blind.line()
+    assert blind.line().startswith("46 samples of 1 ops swept (aot_eager), 0 regressions, 0 also fixed")
+    for counts in ({"regression_count": 1}, {"also_fixed_count": 2}):
+        seen = blind.model_copy(update=counts)
+        assert seen.tells_apart and "does not reach the bug" not in seen.line()
+    alone = blind.model_copy(update={"compared_with_main": False})
+    assert not alone.tells_apart and alone.line().endswith("main not swept")
+    assert "does not reach" not in blind.model_copy(update={"samples": 0}).line()
 
 
 def test_a_sample_whose_arguments_hold_no_tensor_compares_by_equality():

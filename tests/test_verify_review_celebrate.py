@@ -100,7 +100,7 @@ async def test_verify_review_celebrate(mini: Mini):
         nearby = [n["node_id"] for n in only["nearby"]]
         assert nearby[0] == "test/test_ops.py::TestOps::test_double_small", only["nearby"]
         assert "test/test_ops.py::TestOps::test_halve" in nearby
-        assert "run_nearby=true" in only["next_step"]
+        assert only["next_step"].startswith("Run the nearby tests too") and "run_nearby=true" in only["next_step"]
 
         verified = (await call(client, "run_tests", case_id=case_id)).structured_content  # nearby by default
         assert verified["verified"] is True, verified

@@ -161,8 +161,17 @@ class SweepEvidence(EvidencePayload):
         text = f"{self.samples} samples of {len(self.ops)} ops swept ({self.backend})"
         if not self.compared_with_main:
             return f"{text}, {sum(self.counts.get(o, 0) for o in ('fail', 'error', 'timeout'))} failing; main not swept"
-        return (f"{text}, {self.regression_count} regressions, {self.also_fixed_count} also fixed, "
+        text = (f"{text}, {self.regression_count} regressions, {self.also_fixed_count} also fixed, "
                 f"{self.pre_existing_count} failing before and after")
+        if self.samples and not self.tells_apart:
+            text += ("; no sample tells main from the fix, so the sweep does not reach the bug: it shows only that "
+                     "these samples did not regress, and the fix rests on the registered test")
+        return text
+
+    @property
+    def tells_apart(self) -> bool:
+        """Some sample's outcome differs between the fix and main (newly failing or newly passing)."""
+        return self.compared_with_main and bool(self.regression_count or self.also_fixed_count)
 
 
 class VerifyEvidence(EvidencePayload):

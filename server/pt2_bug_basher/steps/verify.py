@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, PrivateAttr
 
 from pt2_bug_basher.case.paths import confine
 from pt2_bug_basher.case.state import AppState
@@ -80,6 +80,7 @@ class RunTestsResult(BaseModel):
         f"on the fix and on main; regressions (first {SHOWN_SWEEP}, each with a rerun command) block verification; "
         "the full table is the resource in `table`"))
     next_step: str
+    _nearby_missing: bool = PrivateAttr(False)  # verification waits only for the nearby tests
 
 
 @dataclass
@@ -306,6 +307,7 @@ def _record_verification(state: AppState, case_id: str, result: RunTestsResult, 
     reg = result.registered.rsplit(": ", 1)[-1]
     others = [t for t in report.tests if t.node_id not in registered_ids]
     problems = []
+    missing_nearby = False
     if reg != "passed":
         problems.append(f"the registered test {registered.node_id} {reg}")
     if result.counts["failed"] or result.counts["errored"]:
@@ -313,6 +315,7 @@ def _record_verification(state: AppState, case_id: str, result: RunTestsResult, 
     if result.collection_errors:
         problems.append(f"{len(result.collection_errors)} test files could not be collected")
     if not problems and nearby and not any(t.outcome == "passed" for t in others) and not _swept(result.sweep):
+        missing_nearby = True
         problems.append("no nearby test ran: run the suggested ones (run_nearby=true) or name them in tests/k")
     if result.sweep is not None and result.sweep.regression_count:
         first = result.sweep.regressions[0]
@@ -323,6 +326,7 @@ def _record_verification(state: AppState, case_id: str, result: RunTestsResult, 
                                "the code; run again")
         return
     ok = not problems
+    result._nearby_missing = missing_nearby
     outcomes = [TestOutcomeRecord(node_id=t.node_id, outcome=t.outcome) for t in report.tests[:200]]
     summary = (f"{result.counts['passed']} passed, {result.counts['failed']} failed, {result.counts['errored']} "
                f"errored, {result.counts['skipped']} skipped; registered test {reg}")
@@ -372,7 +376,7 @@ def _next(case_id: str, result: RunTestsResult, registered: TestEvidence, where:
         where_ = f" ({first_failure.node_id}: {first_failure.message[:150]})" if first_failure else ""
         return (f"Nearby tests fail{where_}: the fix breaks something (or they failed before: check on main with "
                 f"{call}, tests=[...], where=\"worktree\")). Then {call}, run_nearby=true)")
-    if "no nearby test ran" in result.verification:
+    if result._nearby_missing:
         return f"Run the nearby tests too: {call}, run_nearby=true)"
     return result.verification or f"{call}, run_nearby=true)"
 
