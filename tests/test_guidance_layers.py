@@ -159,6 +159,11 @@ async def test_a_wrong_result_in_aotautograd_gets_the_aot_logs_no_minifier_and_t
         assert "runtime wrappers" in guide["outside_graph"] and "cannot see" in guide["outside_graph"]
         assert guide["source_files"] == WRAPPERS, guide["source_files"]
         assert not any(k.startswith("TORCHDYNAMO_REPRO") for k in guide["config_knobs"]), guide["config_knobs"]
+        # the accuracy playbook, not the crash playbook of the layer; and no artifact step, which cannot show it
+        assert guide["playbook"] == 'prompt "playbook" with category="accuracy"', guide["playbook"]
+        classified = await ok(client, "classify_error", case_id=case_id, text=ACCURACY_TEXT)
+        assert "collect_debug_artifacts" not in classified["diagnostic"], classified["diagnostic"]
+        assert parse_call(classified["diagnostic"]).tool in {"localize", "run_with_logs", "minify", "waive_step"}
 
         # The same wrong result in Inductor: the accuracy minifier, level 4 after aot, and Inductor's files.
         inductor = mini.new_case()

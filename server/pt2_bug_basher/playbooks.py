@@ -393,8 +393,12 @@ class Focus(_Frozen):
 
 
 def focus(category: str | None, layer: str | None) -> Focus:
-    """The playbook and the files for a category, once localize's layer is known: the category's own when it
-    is written for that layer first; the layer's first when it covers the layer too; else only the layer's."""
+    """The playbook and the files for a category, once localize's layer is known: a blind spot's where the bug
+    lies outside the graph; the category's own when it is written for that layer first; the layer's first when
+    it covers the layer too; else only the layer's."""
+    spot = blind_spot(category, layer)
+    if spot is not None:
+        return Focus(playbook=spot.playbook, source_files=list(spot.source_files), test_files=list(spot.test_files))
     own = PLAYBOOKS.get(category or "") or PLAYBOOKS["unknown"]
     mine = Focus(playbook=own.category, source_files=list(own.source_files), test_files=list(own.test_files))
     area = LAYERS.get(layer or "")
@@ -426,6 +430,7 @@ class BlindSpot(_Frozen):
     the FX minifier nor the kernels in the debug artifacts show it."""
 
     note: str
+    playbook: str = Field(description="the playbook that fits: the category's own, not the layer's crash playbook")
     minify: MinifyPlan
     config_knobs: list[str]
     source_files: list[str]
@@ -442,6 +447,7 @@ BLIND_SPOTS: dict[tuple[str, str], BlindSpot] = {
               "cannot see the bug and after dynamo only when the wrong value is a graph output; the kernels in the "
               "debug artifacts match eager. Reduce the script itself, and read the runtime wrappers and the "
               "metadata they act on (fw_metadata in the aot_graphs log: mutated inputs, aliased outputs)."),
+        playbook="accuracy",  # a wrong value, whose diagnostic is localize; no artifact shows it
         minify=MinifyPlan(mode="source", note="the FX minifier cannot see a bug outside the graph"),
         config_knobs=['torch.compile(backend="aot_eager") (AOTAutograd without Inductor: the same wrappers)',
                       "TORCH_LOGS=aot_graphs (fw_metadata: input_info mutations, output_info aliasing)"],
@@ -556,8 +562,6 @@ def guide(category: str, layer: str | None = None, repo: Path | None = None) -> 
         minify_after=plan.after if plan.mode == "fx" else None,
         minify_mode=plan.mode, config_knobs=knobs, playbook=prompt, outside_graph=spot.note if spot else None,
     )
-    if spot is not None:
-        return with_files(result, spot.source_files, spot.test_files, repo)
     return with_files(result, chosen.source_files, chosen.test_files, repo)
 
 
