@@ -136,7 +136,8 @@ async def test_celebrate_summary_is_paste_ready_and_fits_a_cpu_dynamo_case(mini:
     assert data["celebration"] not in summary
     # Every celebration fits a CPU-only Dynamo case, and none speaks of Triton, GPUs or other layers.
     category = mini.store.evidence(case_id, "reproduce")[-1].payload(ReproduceEvidence).category
-    facts = {"device": {"cpu"}, "layer": {"dynamo"}, "main": {"failed"}, "category": {category}}
+    facts = {"device": {"cpu"}, "layer": {"dynamo"}, "main": {"failed"}, "category": {category},
+             "compiler": {"torch.compile"}}
     fitting = {c.text for c in celebrations() if c.fits_case(facts)}
     lines = [d["celebration"] for d in done]
     assert set(lines) <= fitting and len(set(lines)) >= 4, lines
@@ -144,6 +145,9 @@ async def test_celebrate_summary_is_paste_ready_and_fits_a_cpu_dynamo_case(mini:
     assert any("Dynamo" in c or "guard" in c for c in fitting)
     triton = next(c for c in celebrations() if "Triton" in c.text)
     assert not triton.fits_case(facts) and triton.fits_case({**facts, "device": {"gpu"}, "layer": {"inductor"}})
+    # An export case hears of exported programs, not of torch.compile.
+    exported = {c.text for c in celebrations() if c.fits_case({**facts, "layer": {"export"}, "compiler": {"export"}})}
+    assert any("ep.module()" in c for c in exported) and not any("compile" in c for c in exported), exported
 
 
 def test_a_new_test_file_is_part_of_the_change_and_other_untracked_files_are_not():

@@ -28,13 +28,16 @@ from pt2_bug_basher.domain.evidence import (
 )
 from pt2_bug_basher.domain.names import Step, ToolName
 from pt2_bug_basher.execution.gitstate import still_untracked, uncommitted_files
+from pt2_bug_basher.playbooks import EXPORT
 
 ROTATION_KEY = "celebrations:recent"
 FALLBACK = "Bug fixed, test green, review clean. Well done."
 # Where a fix lives, by the torch sources it changes (the `layer` a celebration may need).
 SOURCE_LAYERS = (("torch/_dynamo/", "dynamo"), ("torch/_functorch/", "aot"), ("torch/_decomp/", "aot"),
-                 ("torch/_refs/", "aot"), ("torch/_prims/", "aot"), ("torch/_inductor/", "inductor"))
-LOCALIZED_LAYERS = {"Dynamo": "dynamo", "AOTAutograd": "aot", "decompositions": "aot", "Inductor": "inductor"}
+                 ("torch/_refs/", "aot"), ("torch/_prims/", "aot"), ("torch/_inductor/", "inductor"),
+                 ("torch/export/", "export"), ("torch/_export/", "export"))
+LOCALIZED_LAYERS = {"Dynamo": "dynamo", "AOTAutograd": "aot", "decompositions": "aot", "Inductor": "inductor",
+                    EXPORT: "export"}
 CATEGORY_LAYERS = {"graph_break": "dynamo", "recompile": "dynamo", "dynamo_internal": "dynamo", "triton": "inductor"}
 # Review findings about the state of the working tree rather than the change itself.
 WORKTREE_KINDS = {"untracked"}
@@ -148,10 +151,14 @@ def case_facts(flow: Workflow, review: ReviewEvidence) -> dict[str, set[str]]:
         reproduced.payload(ReproduceEvidence).category if reproduced else None)
     if category:
         facts["category"] = {category}
+    localized = flow.store.localization(flow.case.case_id)
+    mode = classified.payload(ClassifyEvidence).compile_mode if classified else None
+    exported = (localized is not None and localized.layer == EXPORT) or category == "export" or (
+        mode is not None and mode.endswith("export"))
+    facts["compiler"] = {"export" if exported else "torch.compile"}
     changed = [f.path for f in review.files if f.status != "untracked" and not is_test_path(f.path)]
     layers = {layer for path in changed for prefix, layer in SOURCE_LAYERS if path.startswith(prefix)}
     if not layers:
-        localized = flow.store.localization(flow.case.case_id)
         layer = LOCALIZED_LAYERS.get(localized.layer or "") if localized else None
         layers = {layer} if layer else ({CATEGORY_LAYERS[category]} if category in CATEGORY_LAYERS else set())
     if layers:
