@@ -16,7 +16,7 @@ from mcp import Client
 from pt2_bug_basher.analysis.classify import CATEGORIES
 from pt2_bug_basher.case.config import ServerConfig
 from pt2_bug_basher.case.store import Store
-from pt2_bug_basher.case.workflow import SPEC, STEPS, STOPPED_MAIN, Workflow
+from pt2_bug_basher.case.workflow import SPEC, STEPS, Workflow, stopped_main, stopped_own_backend, stopped_user_error
 from pt2_bug_basher.domain.calls import format_call
 from pt2_bug_basher.domain.errors import GateClosed
 from pt2_bug_basher.domain.names import Step, ToolName
@@ -133,8 +133,14 @@ def test_format_call_round_trips_any_text(arguments, prose):
 def test_the_step_table_and_the_stop_message_are_valid_calls(schemas):
     for spec in STEPS:
         if spec.observed:
-            assert problems(spec.opens_with.format(case_id="case-1"), schemas) == [], spec.step
-    assert problems(STOPPED_MAIN.format(ref="main", case_id="case-1"), schemas) == []
+            assert problems(spec.opening("case-1"), schemas) == [], spec.step
+    assert problems(stopped_main("main", "case-1"), schemas) == []
+    for script in ('/tmp/a "quoted" dir/répro.py', "/tmp/it's here/repro.py"):  # quotes, spaces, non-ASCII
+        for text in (stopped_user_error(script, "case-1"), stopped_own_backend(script, "my_backend", "case-1")):
+            assert problems(text, schemas) == [], text
+            calls = [parse_call(c) for c in find_calls(text, {"run_with_logs"})]
+            scripts = [c.arguments["script"] for c in calls if c.tool == "run_with_logs"]
+            assert scripts == [script], text
 
 
 def test_gate_refusals_name_valid_calls(workspace, schemas):

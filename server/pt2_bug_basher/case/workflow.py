@@ -27,6 +27,9 @@ from pt2_bug_basher.domain.evidence import (
 )
 from pt2_bug_basher.domain.names import CLOSED, USER_ERROR, Step, StepState, ToolName
 
+CASE: object = object()  # stands for the case's id in a step's arguments
+REPRO, PRESET, RUN_ID = "<repro.py>", "<preset>", "<run_id>"  # slots the case fills once it has them
+
 
 @dataclass(frozen=True)
 class StepSpec:
@@ -34,8 +37,11 @@ class StepSpec:
     number: int
     title: str
     tool: ToolName | None
-    opens_with: str
-    """The exact call that produces this step's evidence, with {case_id} filled in."""
+    arguments: tuple[tuple[str, object], ...]
+    """The arguments of the call that produces this step's evidence: CASE for the case's id, `<...>` slots for
+    what the case fills in later."""
+    agent_does: str = ""
+    """What the agent does in a step without a tool."""
     current_tree: bool = False
     rebased_on: tuple[Step, ...] = ()
     """Evidence older than the latest evidence of these steps no longer counts."""
@@ -47,6 +53,15 @@ class StepSpec:
     note: str = ""
     """What the server instructions say about the step besides its title."""
 
+    def opening(self, case_id: str, **filled: object) -> str:
+        """The step's call for a case, with `filled` replacing (or adding) arguments."""
+        if self.tool is None:
+            return self.agent_does
+        return format_call(self.tool, **{**self.call_arguments(case_id), **filled})
+
+    def call_arguments(self, case_id: str) -> dict[str, object]:
+        return {key: case_id if value is CASE else value for key, value in self.arguments}
+
     @property
     def tools(self) -> tuple[ToolName, ...]:
         """Every tool of the step, in the order they are used."""
@@ -55,33 +70,34 @@ class StepSpec:
 
 STEPS: tuple[StepSpec, ...] = (
     StepSpec(Step.environment, 1, "Check the environment", ToolName.check_env,
-             'check_env(conda_env="<env>")', waivable=False),
+             (("conda_env", "<env>"),), waivable=False),
     StepSpec(Step.reproduce, 2, "Reproduce reliably (same failure on every run)", ToolName.run_with_logs,
-             'run_with_logs(case_id="{case_id}", script="<repro.py>", repeat=2)', note="with repeat=2"),
+             (("case_id", CASE), ("script", REPRO), ("repeat", 2)), note="with repeat=2"),
     StepSpec(Step.reduce, 3, "Reduce to a minimal standalone repro", ToolName.minify,
-             'minify(case_id="{case_id}", script="<repro.py>", mode="auto")', also=(ToolName.localize,)),
+             (("case_id", CASE), ("script", REPRO), ("mode", "auto")), also=(ToolName.localize,)),
     StepSpec(Step.test, 4, "Register a failing unit test in a topical test file", ToolName.register_test,
-             'register_test(case_id="{case_id}", test_file="test/<area>/test_<topic>.py", '
-             'test_name="<TestClass.test_name>")',
+             (("case_id", CASE), ("test_file", "test/<area>/test_<topic>.py"),
+              ("test_name", "<TestClass.test_name>")),
              note="never test/dynamo/test_misc.py, and BEFORE reading compiler code"),
     StepSpec(Step.main_check, 5, "Confirm the test fails on main in a worktree", ToolName.make_worktree,
-             'make_worktree(case_id="{case_id}", action="create", ref="main")', rebased_on=(Step.test,),
+             (("case_id", CASE), ("action", "create"), ("ref", "main")), rebased_on=(Step.test,),
              note="if it passes there: stop"),
     StepSpec(Step.logs, 6, "Collect logs (TORCH_LOGS)", ToolName.run_with_logs,
-             'run_with_logs(case_id="{case_id}", script="<repro.py>", logs="<preset>")',
+             (("case_id", CASE), ("script", REPRO), ("logs", PRESET)),
              note="with logs=<the category's preset>"),
     StepSpec(Step.classify, 7, "Classify the failure", ToolName.classify_error,
-             'classify_error(case_id="{case_id}", run_id="<run_id>")'),
+             (("case_id", CASE), ("run_id", RUN_ID))),
     StepSpec(Step.artifacts, 8, "Inspect TORCH_COMPILE_DEBUG artifacts", ToolName.collect_debug_artifacts,
-             'collect_debug_artifacts(case_id="{case_id}", script="<repro.py>")'),
-    StepSpec(Step.root_cause, 9, "Find the root cause", None, "read the code the artifacts point at", observed=False),
-    StepSpec(Step.fix, 10, "Fix it", None, "edit the source in the repository", observed=False),
+             (("case_id", CASE), ("script", REPRO))),
+    StepSpec(Step.root_cause, 9, "Find the root cause", None,
+             (), agent_does="read the code the artifacts point at", observed=False),
+    StepSpec(Step.fix, 10, "Fix it", None, (), agent_does="edit the source in the repository", observed=False),
     StepSpec(Step.verify, 11, "Verify: the new test and nearby tests pass", ToolName.run_tests,
-             'run_tests(case_id="{case_id}")', current_tree=True),
+             (("case_id", CASE),), current_tree=True),
     StepSpec(Step.review, 12, "Self-review the change", ToolName.review_changes,
-             'review_changes(case_id="{case_id}")', current_tree=True, rebased_on=(Step.verify,)),
+             (("case_id", CASE),), current_tree=True, rebased_on=(Step.verify,)),
     StepSpec(Step.celebrate, 13, "Celebrate", ToolName.celebrate,
-             'celebrate(case_id="{case_id}", root_cause="...", fix_summary="...")', current_tree=True,
+             (("case_id", CASE), ("root_cause", "..."), ("fix_summary", "...")), current_tree=True,
              waivable=False),
 )
 
@@ -127,26 +143,34 @@ class CaseStatus(BaseModel):
     next_step: str
 
 
-STOPPED_MAIN = (
-    "the registered test passes on {ref}: the test may not capture the bug, or it is already fixed there. "
-    'Register a new test that fails: register_test(case_id="{case_id}", test_file="<test file>", '
-    'test_name="<TestClass.test_name>"), or, if you are sure, '
-    'waive_step(case_id="{case_id}", step="main_check", reason="<why the test is right>").'
-)
+def stopped_main(ref: str, case_id: str) -> str:
+    return (f"the registered test passes on {ref}: the test may not capture the bug, or it is already fixed there. "
+            "Register a new test that fails: "
+            + format_call(ToolName.register_test, case_id=case_id, test_file="<test file>",
+                          test_name="<TestClass.test_name>")
+            + ", or, if you are sure, "
+            + format_call(ToolName.waive_step, case_id=case_id, step=Step.main_check.value,
+                          reason="<why the test is right>") + ".")
 
-STOPPED_USER_ERROR = (
-    "{script} fails without torch.compile too (with TORCHDYNAMO_DISABLE=1): not a compiler bug. Fix the script "
-    "(the error is in the program, not in the compiler), then reproduce again: "
-    'run_with_logs(case_id="{case_id}", script="{script}", repeat=2); or, if the failure is the compiler\'s after '
-    'all, waive_step(case_id="{case_id}", step="reproduce", reason="<why the compiler is at fault>").'
-)
-STOPPED_OWN_BACKEND = (
-    "{script} fails in its own backend {backend}: torch.compile hands that function the captured graph and it "
-    "raises, so the bug is the backend's, not PyTorch's compiler's. Fix the backend, then reproduce again: "
-    'run_with_logs(case_id="{case_id}", script="{script}", repeat=2); to check that the graph itself runs, '
-    'compile with backend="aot_eager"; or, if PyTorch is at fault after all (the backend only reports it), '
-    'waive_step(case_id="{case_id}", step="reproduce", reason="<why PyTorch is at fault>").'
-)
+
+def stopped_user_error(script: str, case_id: str) -> str:
+    return (f"{script} fails without torch.compile too (with TORCHDYNAMO_DISABLE=1): not a compiler bug. Fix the "
+            "script (the error is in the program, not in the compiler), then reproduce again: "
+            + format_call(ToolName.run_with_logs, case_id=case_id, script=script, repeat=2)
+            + "; or, if the failure is the compiler's after all, "
+            + format_call(ToolName.waive_step, case_id=case_id, step=Step.reproduce.value,
+                          reason="<why the compiler is at fault>") + ".")
+
+
+def stopped_own_backend(script: str, backend: str, case_id: str) -> str:
+    return (f"{script} fails in its own backend {backend}: torch.compile hands that function the captured graph and "
+            "it raises, so the bug is the backend's, not PyTorch's compiler's. Fix the backend, then reproduce "
+            "again: " + format_call(ToolName.run_with_logs, case_id=case_id, script=script, repeat=2)
+            + '; to check that the graph itself runs, compile with backend="aot_eager"; or, if PyTorch is at fault '
+            "after all (the backend only reports it), "
+            + format_call(ToolName.waive_step, case_id=case_id, step=Step.reproduce.value,
+                          reason="<why PyTorch is at fault>") + ".")
+
 
 TreeHashFn = Callable[[], str]
 
@@ -211,9 +235,8 @@ class Workflow:
         if found.category != USER_ERROR:
             return None
         if found.own_backend:
-            return STOPPED_OWN_BACKEND.format(script=found.script, backend=found.own_backend,
-                                              case_id=self.case.case_id)
-        return STOPPED_USER_ERROR.format(script=found.script, case_id=self.case.case_id)
+            return stopped_own_backend(found.script, found.own_backend, self.case.case_id)
+        return stopped_user_error(found.script, self.case.case_id)
 
     def stopped(self) -> str | None:
         user_error = self.user_error()
@@ -224,7 +247,7 @@ class Workflow:
         if record is None or record.ok or self._rebased(spec, record) or self.waiver(Step.main_check):
             return None
         ref = record.payload(MainCheckEvidence).ref
-        return STOPPED_MAIN.format(ref=ref, case_id=self.case.case_id)
+        return stopped_main(ref, self.case.case_id)
 
     def current_script(self) -> str | None:
         """The case's current repro: the script the agent ran last to a step's evidence (the reproduction's, or
@@ -242,31 +265,33 @@ class Workflow:
         reproduced = self.latest_ok(Step.reproduce)
         return reproduced.payload(ReproduceEvidence).category if reproduced is not None else None
 
-    def _fill(self, call: str) -> str:
-        """The call's template slots filled from what the case holds: the repro, its preset, the run to classify."""
+    def _filled(self, arguments: dict[str, object]) -> dict[str, object]:
+        """The arguments' slots filled from what the case holds: the repro, its preset, the run to classify."""
         good = self.latest_ok(Step.reproduce)
         if good is None:
-            return call
+            return arguments
+        out = dict(arguments)
         repro = good.payload(ReproduceEvidence)
         script = self.current_script()
-        if script:
-            call = call.replace("<repro.py>", script)
-        from pt2_bug_basher.playbooks import layer_of, log_preset
+        if script and out.get("script") == REPRO:
+            out["script"] = script
+        if out.get("logs") == PRESET:
+            from pt2_bug_basher.playbooks import layer_of, log_preset
 
-        preset = log_preset(repro.category, layer_of(self.localization))
-        # reproduced already (the repeats and the compile-off run are on record): one logged run is enough
-        call = call.replace('logs="<preset>"', f'logs="{preset}", repeat=1')
+            # reproduced already (the repeats and the compile-off run are on record): one logged run is enough
+            out["logs"], out["repeat"] = log_preset(repro.category, layer_of(self.localization)), 1
         logs = self.latest_ok(Step.logs)
         run_id = (logs.run_id if logs is not None else None) or good.run_id
-        if run_id:
-            call = call.replace('run_id="<run_id>"', f'run_id="{run_id}"')
-        return call
+        if run_id and out.get("run_id") == RUN_ID:
+            out["run_id"] = run_id
+        return out
 
     def step_status(self, spec: StepSpec) -> StepStatus:
-        call = self._fill(spec.opens_with.format(case_id=self.case.case_id))
+        call = spec.opening(self.case.case_id) if spec.tool is None else format_call(
+            spec.tool, **self._filled(spec.call_arguments(self.case.case_id)))
         if spec.step == Step.reduce and self.localization is None:
             # Step 3 starts with the backend ladder: it says which layer fails, and which minifier fits.
-            call = self._fill(f'localize(case_id="{self.case.case_id}", script="<repro.py>")')
+            call = format_call(ToolName.localize, **self._filled({"case_id": self.case.case_id, "script": REPRO}))
         if spec.step == Step.environment:
             # the case's own interpreter and repository, as check_env would be called again for them
             call = format_call(ToolName.check_env, python=self.case.python, repo=self.case.repo)
@@ -326,8 +351,9 @@ class Workflow:
                 "failed": f"its last attempt did not succeed ({status.evidence})",
                 "pending": "it has not been done",
             }.get(status.status, status.status)
-            hint = (f'; or, with a reason, waive_step(case_id="{self.case.case_id}", step="{step.value}", '
-                    'reason="<why it does not apply>")') if SPEC[step].waivable else ""
+            hint = ("; or, with a reason, " + format_call(ToolName.waive_step, case_id=self.case.case_id,
+                                                          step=step.value, reason="<why it does not apply>")
+                    ) if SPEC[step].waivable else ""
             raise GateClosed(
                 f"{tool.value} refused: step {SPEC[step].number} '{SPEC[step].title}' is not complete — {why}. "
                 f"Next call: {status.tool_call}{hint}"
@@ -399,7 +425,7 @@ def _past_classification(flow: Workflow) -> str:
     fails when it has not run; after it, the classification is waived on what the case has."""
     cid = flow.case.case_id
     if flow.localization is None:
-        return flow._fill(format_call(ToolName.localize, case_id=cid, script="<repro.py>"))
+        return format_call(ToolName.localize, **flow._filled({"case_id": cid, "script": REPRO}))
     layer = flow.localization.layer or "no layer"
     return format_call(ToolName.waive_step, case_id=cid, step=Step.classify.value,
                        reason=f"no rule places the run's text and the reproduction settled no category; localize "

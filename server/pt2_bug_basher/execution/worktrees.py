@@ -22,8 +22,10 @@ from typing import Any
 import anyio
 
 from pt2_bug_basher.case.store import CaseRecord, Store
+from pt2_bug_basher.domain.calls import format_call
 from pt2_bug_basher.domain.errors import InvalidInput, NotFound
 from pt2_bug_basher.domain.evidence import MainCheckEvidence
+from pt2_bug_basher.domain.names import ToolName
 from pt2_bug_basher.execution.gitstate import GIT_TIMEOUT_S, is_git_repo, open_repo
 
 KV_PREFIX = "worktree:"
@@ -112,7 +114,7 @@ def _forget(store: Store, path: Path) -> None:
 
 def case_worktree(store: Store, case: CaseRecord, ref: str | None = None) -> WorktreeRecord:
     """The case's worktree (of ref; else of the latest main check, else of main), which must exist."""
-    create = f'make_worktree(case_id="{case.case_id}", action="create", ref="{ref or "main"}")'
+    create = format_call(ToolName.make_worktree, case_id=case.case_id, action="create", ref=ref or "main")
     if ref is None:
         checks = [p.worktree for p in (e.payload(MainCheckEvidence) for e in store.evidence(case.case_id, "main_check"))
                   if p.worktree]
@@ -245,7 +247,8 @@ def _create_sync(store: Store, case: CaseRecord, ref: str, test_file: str | None
     if test_file and not (primary / test_file).is_file():
         raise InvalidInput(
             f"the registered test file {test_file} is gone from {primary}. Register the test again: "
-            f'register_test(case_id="{case.case_id}", test_file="...", test_name="...")'
+            + format_call(ToolName.register_test, case_id=case.case_id, test_file="<file>",
+                          test_name="<TestClass.test_name>")
         )
     commit = resolve_commit(repo, ref)
     path = worktree_path(store, case.case_id, ref)
@@ -255,7 +258,7 @@ def _create_sync(store: Store, case: CaseRecord, ref: str, test_file: str | None
         if existing is None:
             raise InvalidInput(
                 f"{path} exists but the server did not create it; it will not touch it. Move it away, then "
-                f'make_worktree(case_id="{case.case_id}", action="create", ref="{ref}").'
+                + format_call(ToolName.make_worktree, case_id=case.case_id, action="create", ref=ref) + "."
             )
         _remove_sync(store, case, path, existing, force)
         replaced = True
@@ -277,7 +280,8 @@ def _create_sync(store: Store, case: CaseRecord, ref: str, test_file: str | None
     except (OSError, git.GitCommandError) as exc:
         raise InvalidInput(
             f"the worktree {path} was created but could not be prepared: {exc}. Remove it with "
-            f'make_worktree(case_id="{case.case_id}", action="remove", ref="{ref}", force=true) and try again.'
+            + format_call(ToolName.make_worktree, case_id=case.case_id, action="remove", ref=ref, force=True)
+            + " and try again."
         ) from exc
     return CreatedWorktree(record, path, replaced)
 
@@ -385,8 +389,9 @@ def _place_sync(store: Store, record: WorktreeRecord, script: Path) -> Path:
             raise InvalidInput(
                 f"{target} in the worktree has changes the server did not make (or is not a plain file); the "
                 f"script will not overwrite it. Move the script to another name in the repository, or save "
-                f'that change and make the worktree again: make_worktree(case_id="{record.case_id}", '
-                f'action="create", ref="{record.ref}", force=true).'
+                "that change and make the worktree again: "
+                + format_call(ToolName.make_worktree, case_id=record.case_id, action="create", ref=record.ref,
+                              force=True) + "."
             )
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(script, target)

@@ -79,7 +79,7 @@ def load_reference(store: Store, case: CaseRecord) -> Reference:
     if not records:
         raise InvalidInput(
             f"case {case.case_id} has no successful reproduction: run "
-            f'run_with_logs(case_id="{case.case_id}", script="<repro.py>", repeat=2) first.'
+            f"{format_call(ToolName.run_with_logs, case_id=case.case_id, script='<repro.py>', repeat=2)} first."
         )
     data = records[-1].payload(ReproduceEvidence)
     env: dict[str, str] = {}
@@ -346,21 +346,23 @@ async def localize(
     suspects = [s.model_copy(update={"evidence": [*s.evidence, "guards"]}) for s in suspects]
     if dynamo is not None and dynamo.flags:
         notes.append(f"Dynamo's guards (run {dynamo.run_id}): {dynamo.flags[0].text}; see dynamo and suspects.")
+    auto = format_call(ToolName.minify, case_id=cid, mode="auto")
     result = LocalizeResult(
         case_id=cid, script=str(script), case_signature=ref.signature, table=table, first_failing=first,
         layer=layer, meaning=meaning, dynamic_shapes=dynamic_text, comparison=comparison, minifier=minify_call,
         notes=notes, dynamo=dynamo, suspects=suspects,
-        next_step=f'Reduce it: minify(case_id="{cid}", mode="auto") (from this localisation it runs {minify_call}).',
+        next_step=f"Reduce it: {auto} (from this localisation it runs {minify_call}).",
     )
     judged = minimal.judge(source)
     if judged.small and not judged.minimal and reducer[0] == "source":
         result.next_step = (f"The repro is small already ({judged.describe()}): "
-                            f'minify(case_id="{cid}", mode="auto") polishes it within a budget of about '
+                            f"{auto} polishes it within a budget of about "
                             f"{judged.polish_budget_s:.0f} s and completes step 3 ({minify_call} would take "
                             "the whole budget).")
     if judged.minimal:
         result.next_step = (f"The repro is already minimal ({judged.describe()}): "
-                            f'minify(case_id="{cid}") records that and completes step 3 without reducing '
+                            f"{format_call(ToolName.minify, case_id=cid)} records that and completes step 3 "
+                            "without reducing "
                             f"({minify_call} would run the reducer anyway).")
     record = LocalizeRecord(first_failing=first, layer=layer, signature=ref.signature,
                             table=[LadderRowRecord(**row.model_dump()) for row in table], suspects=suspects,

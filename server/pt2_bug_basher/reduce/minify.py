@@ -13,9 +13,10 @@ from pydantic import BaseModel, Field
 
 from pt2_bug_basher.analysis.compare import CANDIDATE, TRIAL, Match, Rules, describe, run_failure
 from pt2_bug_basher.case.store import CaseRecord, Store
+from pt2_bug_basher.domain.calls import format_call
 from pt2_bug_basher.domain.errors import BugBasherError, InvalidInput, NotFound
 from pt2_bug_basher.domain.evidence import ReduceEvidence
-from pt2_bug_basher.domain.names import Step
+from pt2_bug_basher.domain.names import Step, ToolName
 from pt2_bug_basher.execution.cpus import usable_cpus
 from pt2_bug_basher.execution.repro import COMPILE_OFF_ENV
 from pt2_bug_basher.execution.runs import RunResult, execute
@@ -380,16 +381,16 @@ def _record(store: Store, case: CaseRecord, result: MinifyResult) -> None:
 
 
 def _next_step(case_id: str, result: MinifyResult, localized: bool) -> str:
-    call_src = f'minify(case_id="{case_id}", mode="source")'
-    register = (f'register_test(case_id="{case_id}", test_file="test/<area>/test_<topic>.py", '
-                f'test_name="<TestClass.test_name>")')
+    call_src = format_call(ToolName.minify, case_id=case_id, mode="source")
+    register = format_call(ToolName.register_test, case_id=case_id, test_file="test/<area>/test_<topic>.py",
+                           test_name="<TestClass.test_name>")
     if result.already_minimal and result.confirmed:
         return (f"{Path(result.script).name} is {result.why_mode}. Step 3 is complete; next, turn it into a failing "
                 f"unit test: {register}.")
     if result.already_minimal:
         return (f"{result.script} is minimal but does not fail the case's way on its own (see notes). Make it the "
-                f'reproduction: run_with_logs(case_id="{case_id}", script="{result.script}", repeat=2), then '
-                f'minify(case_id="{case_id}") again.')
+                f"reproduction: {format_call(ToolName.run_with_logs, case_id=case_id, script=result.script, repeat=2)}"
+                f", then {format_call(ToolName.minify, case_id=case_id)} again.")
     if result.confirmed:
         more = ""
         reduced = _judged_file(result.minimized_path)
@@ -403,15 +404,16 @@ def _next_step(case_id: str, result: MinifyResult, localized: bool) -> str:
         return (f"Reduced repro: {result.minimized_path}.{more} Next, turn it into a failing unit test: "
                 f"{register}.")
     if result.mode == "fx":
-        first = "" if localized else f'; or localise the layer first: localize(case_id="{case_id}")'
+        first = "" if localized else f"; or localise the layer first: {format_call(ToolName.localize, case_id=case_id)}"
         return ("PyTorch's minifier did not give a confirmed smaller repro (see notes). Next try the source "
                 f"reducer, which needs no captured graph: {call_src}{first}.")
     if result.minimized_path is None:
         return ("The source reducer could not reproduce the failure from the script (see notes). Check that the "
-                "script fails the same way on its own: run_with_logs(case_id=\"" + case_id + "\", script=\"" +
-                result.script + "\", repeat=2).")
+                "script fails the same way on its own: "
+                + format_call(ToolName.run_with_logs, case_id=case_id, script=result.script, repeat=2) + ".")
     return (f"The reduced file does not fail the case's way when run alone. Retry with a larger budget "
-            f"({call_src[:-1]}, budget_s=1200)), or reduce by hand from {result.minimized_path}.")
+            f"({format_call(ToolName.minify, case_id=case_id, mode='source', budget_s=1200)}), or reduce by hand "
+            f"from {result.minimized_path}.")
 
 
 def _judged_file(path: str | None) -> minimal.Minimality | None:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from pt2_bug_basher.case.workflow import Workflow
+from pt2_bug_basher.domain.calls import format_call
 from pt2_bug_basher.domain.errors import GateClosed
 from pt2_bug_basher.domain.evidence import TestEvidence
-from pt2_bug_basher.domain.names import Step
+from pt2_bug_basher.domain.names import Step, ToolName
 
 
 def registered_test(flow: Workflow) -> TestEvidence:
@@ -15,8 +16,8 @@ def registered_test(flow: Workflow) -> TestEvidence:
         case_id = flow.case.case_id
         raise GateClosed(
             "the case has no registered test (the test step was waived, so there is nothing to run). "
-            f'Register one: register_test(case_id="{case_id}", test_file="test/<area>/test_<topic>.py", '
-            'test_name="<TestClass.test_name>")'
+            "Register one: " + format_call(ToolName.register_test, case_id=case_id,
+                                           test_file="test/<area>/test_<topic>.py", test_name="<TestClass.test_name>")
         )
     return record.payload(TestEvidence)
 

@@ -11,6 +11,7 @@ from pt2_bug_basher.artifacts.locate import FailureLocation
 from pt2_bug_basher.case.scripts import copy_note
 from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.case.store import CaseRecord
+from pt2_bug_basher.domain.calls import format_call
 from pt2_bug_basher.domain.errors import InvalidInput
 from pt2_bug_basher.domain.evidence import ArtifactsEvidence, LogsEvidence, ReproduceEvidence
 from pt2_bug_basher.domain.names import Step, ToolName
@@ -81,7 +82,8 @@ def resolve_target(
     if not scripted:
         raise InvalidInput(
             "no script to rerun: pass script=\"<repro.py>\" or run_id=\"<run>\" (the case has no reproduction "
-            f"on record; step 2 is run_with_logs(case_id=\"{case.case_id}\", script=\"<repro.py>\", repeat=2))."
+            "on record; step 2 is "
+            f"{format_call(ToolName.run_with_logs, case_id=case.case_id, script='<repro.py>', repeat=2)})."
         )
     repro = scripted[-1]
     # the repro the agent ran last (a reduced one a logged run ran) is the case's current one
@@ -123,12 +125,11 @@ def evidence_summary(result: CollectArtifactsResult) -> tuple[bool, str, Artifac
 
 async def next_step(state: AppState, result: CollectArtifactsResult, ok: bool, *, reproduced: bool = True) -> str:
     after = (await state.status(result.case_id)).next_step
-    call = f'collect_debug_artifacts(case_id="{result.case_id}", run_id="{result.run_id}"'
+    traced = format_call(ToolName.collect_debug_artifacts, case_id=result.case_id, run_id=result.run_id, trace=True)
     if not ok:
         return ("TORCH_COMPILE_DEBUG wrote nothing: the script may not reach torch.compile with the Inductor backend, "
                 "or it fails before Inductor (Dynamo, AOTAutograd). Check stderr "
-                f"({result.stderr}); for Dynamo/AOT failures use run_with_logs with a logs preset or {call}, "
-                "trace=True).")
+                f"({result.stderr}); for Dynamo/AOT failures use run_with_logs with a logs preset or {traced}.")
     outside = _outside_graph(state, result.case_id)
     if outside is not None:
         return f"{outside} Then: {after}"
@@ -251,9 +252,9 @@ def _accuracy_next_step(result: CollectArtifactsResult, failure: FailureLocation
     elif failure.localized == "Inductor":
         text += "localize found only backend='inductor' wrong: find the lowering or codegen that emits the bad line. "
     elif reproduced:
-        text += f'Confirm that only Inductor is wrong with localize(case_id="{result.case_id}"). '
+        text += f"Confirm that only Inductor is wrong with {format_call(ToolName.localize, case_id=result.case_id)}. "
     else:
-        text += ("Confirm that only Inductor is wrong: reproduce it (run_with_logs(case_id="
-                 f'"{result.case_id}", script="{result.script}", repeat=2)), then '
-                 f'localize(case_id="{result.case_id}"). ')
+        reproduce = format_call(ToolName.run_with_logs, case_id=result.case_id, script=result.script, repeat=2)
+        text += (f"Confirm that only Inductor is wrong: reproduce it ({reproduce}), then "
+                 f"{format_call(ToolName.localize, case_id=result.case_id)}. ")
     return text + f"Then: {after}"

@@ -15,6 +15,7 @@ from pt2_bug_basher.analysis.failure_text import summarise_failure
 from pt2_bug_basher.analysis.review import FileStat, is_test_path, not_committed_note
 from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.case.workflow import Waiver, Workflow
+from pt2_bug_basher.domain.calls import format_call
 from pt2_bug_basher.domain.errors import InvalidInput
 from pt2_bug_basher.domain.evidence import (
     CelebrateEvidence,
@@ -135,7 +136,7 @@ async def celebrate(state: AppState, case_id: str, root_cause: str, fix_summary:
     tidy += not_committed_note(uncommitted)
     result.next_step = (f"Done. Share the celebration and the summary with the user; the summary doubles as the PR "
                         f"description. {tidy}Remove the worktree when you no longer need it: "
-                        f'make_worktree(case_id="{case_id}", action="remove", ref="{main_ref}")')
+                        + format_call(ToolName.make_worktree, case_id=case_id, action="remove", ref=main_ref))
     return result
 
 

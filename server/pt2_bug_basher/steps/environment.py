@@ -13,9 +13,10 @@ from pt2_bug_basher.analysis.torch_logs import NAMES_URI
 from pt2_bug_basher.case.paths import confine
 from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.case.store import Store
+from pt2_bug_basher.domain.calls import format_call
 from pt2_bug_basher.domain.errors import InvalidInput
 from pt2_bug_basher.domain.evidence import EnvironmentEvidence
-from pt2_bug_basher.domain.names import Step
+from pt2_bug_basher.domain.names import Step, ToolName
 from pt2_bug_basher.execution.environment import (
     DEFAULT_PROBE_TIMEOUT_S,
     EnvFacts,
@@ -112,9 +113,8 @@ async def start_case(
     summary = f"torch {report.torch.version} imports in {report.python} ({report.rule})"
     store.add_evidence(case.case_id, Step.environment.value, True, summary,
                        data=EnvironmentEvidence(python=report.python))
-    next_step = (
-        f'Reproduce the failure twice: run_with_logs(case_id="{case.case_id}", script="<repro.py>", repeat=2)'
-    )
+    next_step = "Reproduce the failure twice: " + format_call(ToolName.run_with_logs, case_id=case.case_id,
+                                                               script="<repro.py>", repeat=2)
     if report.ask_user:
         next_step = f"First ask the user: {report.ask_user} Then: {next_step}"
     return _result(report, case.case_id, next_step)

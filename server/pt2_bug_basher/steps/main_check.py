@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field
 from pt2_bug_basher.analysis.compare import Failure, on_other_ref, same_failure
 from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.case.store import CaseRecord
+from pt2_bug_basher.domain.calls import format_call
 from pt2_bug_basher.domain.digest import python_source_digest
 from pt2_bug_basher.domain.errors import BugBasherError, InvalidInput
 from pt2_bug_basher.domain.evidence import MainCheckEvidence
@@ -87,7 +88,7 @@ async def make_worktree(state: AppState, case_id: str, action: str = "create", r
                            tool=ToolName.make_worktree.value, timeout_s=timeout, progress=progress,
                            label=f"pytest on {ref}")
     result.run_id = ran.run_id
-    retry = f'make_worktree(case_id="{case_id}", action="create", ref="{ref}")'
+    retry = format_call(ToolName.make_worktree, case_id=case_id, action="create", ref=ref)
     data = MainCheckEvidence(ref=ref, commit=record.commit, worktree=str(created.path), node_id=test.node_id,
                              test_file=test.test_file, test_sha256=test_digest)
     report = ran.report

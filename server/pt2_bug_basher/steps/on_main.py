@@ -14,9 +14,10 @@ from pt2_bug_basher.analysis.compare import Failure, same_failure, script_on_oth
 from pt2_bug_basher.analysis.failure import normalise_message
 from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.case.workflow import SPEC, Workflow
+from pt2_bug_basher.domain.calls import format_call
 from pt2_bug_basher.domain.errors import InvalidInput, NotFound
 from pt2_bug_basher.domain.evidence import ReproduceEvidence
-from pt2_bug_basher.domain.names import Step
+from pt2_bug_basher.domain.names import Step, ToolName
 from pt2_bug_basher.execution import worktrees
 from pt2_bug_basher.execution.pytest.session import pythonpath_with
 from pt2_bug_basher.execution.repro import OnMain, RunWithLogsResult, run_repro
@@ -71,10 +72,10 @@ def _main_worktree(state: AppState, flow: Workflow) -> worktrees.WorktreeRecord:
     try:
         return worktrees.case_worktree(state.store, flow.case)
     except NotFound:
-        create = f'make_worktree(case_id="{case_id}", action="create", ref="main")'
+        create = format_call(ToolName.make_worktree, case_id=case_id, action="create", ref="main")
         before = "" if flow.is_complete(Step.test) else (
             f" It checks out main and runs the registered test there, so register the test first: "
-            f"{SPEC[Step.test].opens_with.format(case_id=case_id)}.")
+            f"{SPEC[Step.test].opening(case_id)}.")
         raise InvalidInput(f"where=\"main\" runs the script in the case's main-check worktree, and the case has "
                            f"none yet. Create it: {create}, then call again.{before}") from None
 

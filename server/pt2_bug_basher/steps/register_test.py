@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field
 from pt2_bug_basher.analysis.compare import Failure, Oracle, new_test
 from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.case.workflow import Workflow
+from pt2_bug_basher.domain.calls import format_call
 from pt2_bug_basher.domain.errors import InvalidInput
 from pt2_bug_basher.domain.evidence import ReproduceEvidence, TestEvidence
 from pt2_bug_basher.domain.names import Step, ToolName
@@ -54,8 +55,8 @@ async def register_test(state: AppState, case_id: str, test_file: str, test_name
         message = f"register_test refused {check.test_file}: " + "; ".join(check.problems) + "."
         if static_checks.topical_problem(check.test_file) or not path.is_file():
             message += " " + static_checks.test_file_hint(repo, category, layer)
-        message += (f' Fix it, then: register_test(case_id="{case_id}", test_file="<file>", '
-                    'test_name="<TestClass.test_name>")')
+        message += " Fix it, then: " + format_call(ToolName.register_test, case_id=case_id, test_file="<file>",
+                                                   test_name="<TestClass.test_name>")
         raise InvalidInput(message)
     warnings = []
     if not await anyio.to_thread.run_sync(_tracked, repo, check.test_file):
@@ -84,8 +85,8 @@ async def register_test(state: AppState, case_id: str, test_file: str, test_name
         reproduction=(f"{repro.exception_type or 'no exception'} ({category}): "
                       f"{(repro.message or '')[:200]}") if repro else None,
     )
-    retry = (f'Fix the test, then: register_test(case_id="{case_id}", test_file="{check.test_file}", '
-             f'test_name="{check.qualified}")')
+    retry = "Fix the test, then: " + format_call(ToolName.register_test, case_id=case_id,
+                                                 test_file=check.test_file, test_name=check.qualified)
     report = ran.report
     if report.collection_errors:
         err = report.collection_errors[0]
@@ -133,8 +134,9 @@ async def register_test(state: AppState, case_id: str, test_file: str, test_name
                           exception_type=info.exception_type, frame=info.frame, comparison=result.comparison),
     )
     result.recorded = True
-    result.next_step = (f'Confirm it fails on main too, in a worktree: make_worktree(case_id="{case_id}", '
-                        'action="create", ref="main"). Settle the test\'s code first: an edit after that check '
+    result.next_step = ("Confirm it fails on main too, in a worktree: "
+                        + format_call(ToolName.make_worktree, case_id=case_id, action="create", ref="main")
+                        + ". Settle the test's code first: an edit after that check "
                         "(anything beyond comments, layout or import order) makes it stale and the check is redone.")
     return result
 

@@ -11,6 +11,7 @@ from pt2_bug_basher.case.scripts import CaseScript, copy_note
 from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.case.store import CaseRecord, RunRecord, Store
 from pt2_bug_basher.case.workflow import CaseStatus
+from pt2_bug_basher.domain.calls import format_call
 from pt2_bug_basher.domain.errors import InvalidInput
 from pt2_bug_basher.domain.evidence import ReproduceEvidence
 from pt2_bug_basher.domain.names import USER_ERROR, Step, ToolName
@@ -56,7 +57,9 @@ async def run_with_logs(
         raise InvalidInput(
             f"{script_path} lies in a worktree of the server, which holds another ref's code: its runs would say "
             "nothing about your tree. Pass the script's path in your repository, and where=\"main\" to run it "
-            f'against main: run_with_logs(case_id="{case_id}", script="<path in the repository>", where="main").'
+            "against main: "
+            + format_call(ToolName.run_with_logs, case_id=case_id, script="<path in the repository>", where="main")
+            + "."
         )
     reproduced = flow.latest_ok(Step.reproduce)
     before = reproduced.payload(ReproduceEvidence) if reproduced is not None else None
@@ -73,7 +76,8 @@ async def run_with_logs(
     if rewritten:
         changed = (f"{chosen.path.name} is not the file that reproduced: its content changed since the reproduction "
                    "(something rewrote it). This run judges the new content; restore the repro, or make the new "
-                   f'content the reproduction: run_with_logs(case_id="{case_id}", script="{chosen.path}", repeat=2).')
+                   "content the reproduction: "
+                   + format_call(ToolName.run_with_logs, case_id=case_id, script=str(chosen.path), repeat=2) + ".")
         result.notes.insert(0, changed)
         result.next_step = changed + " " + result.next_step
     return result
@@ -207,7 +211,10 @@ async def next_step(state: AppState, result: RunWithLogsResult, repeat: int, spe
                     origin: Path | None = None) -> str:
     case_id = result.case_id
     failed = sum(r.failed for r in proving_runs(result))
-    call = f'run_with_logs(case_id="{case_id}", script="{result.script}"'
+
+    def call(**more: object) -> str:
+        return format_call(ToolName.run_with_logs, case_id=case_id, script=result.script, **more)
+
     if result.verdict is not None and result.verdict.category == USER_ERROR and result.reproduced:
         return (await state.status(case_id)).next_step
     if failed == 0 and (passes_now := await _passes_after_reproducing(state, result, origin)):
@@ -223,11 +230,11 @@ async def next_step(state: AppState, result: RunWithLogsResult, repeat: int, spe
                   "it raises or asserts on a wrong result.")
         if not spec:
             advice += (" If the problem is graph breaks or recompiles, they only show in logs: "
-                       f'{call}, logs="graph_break").')
+                       f'{call(logs="graph_break")}.')
         return advice
     if any(r.timed_out for r in result.runs):
         return ("A run hit the timeout and was killed. If the script hangs for real, classify that; otherwise "
-                f"raise timeout_s: {call}, timeout_s=1800).")
+                f"raise timeout_s: {call(timeout_s=1800)}.")
     if repeat < 2:
         if Step.logs.value in result.recorded:  # reproduced before: one failing logged run is the logs step
             return (await state.status(case_id)).next_step
@@ -235,14 +242,15 @@ async def next_step(state: AppState, result: RunWithLogsResult, repeat: int, spe
             status = await state.status(case_id)
             return ("This logged run failed, but logs count for step 6 only once the check on main (step 5) holds "
                     f"for the current test and tree, which it does not now. Next: {status.next_step}")
-        return f"It failed once. Confirm it fails the same way every time: {call}, repeat=2)."
+        return f"It failed once. Confirm it fails the same way every time: {call(repeat=2)}."
     if not result.reproduced:
         return ("The failure is not stable: it failed {}/{} times{}. Look for nondeterminism (random inputs without "
-                "a seed, threads, TORCHINDUCTOR_COMPILE_THREADS=1 to serialise compilation), then {}, repeat=3)."
-                ).format(failed, len(result.runs), "" if result.same_signature else " with different signatures", call)
+                "a seed, threads, TORCHINDUCTOR_COMPILE_THREADS=1 to serialise compilation), then {}."
+                ).format(failed, len(result.runs), "" if result.same_signature else " with different signatures",
+                         call(repeat=3))
     status = await state.status(case_id)
     if Step.logs.value in result.recorded or status.next_open != Step.logs:
         return status.next_step
     category = result.failure.category if result.failure else "unknown"
     preset = logs_step.preset_for(category, localized_layer(state.store, case_id))
-    return f'Step 6 (collect logs): {call}, logs="{preset}", repeat=1)'
+    return f"Step 6 (collect logs): {call(logs=preset, repeat=1)}"

@@ -98,21 +98,23 @@ async def review_changes(state: AppState, case_id: str) -> ReviewResult:
     except Exception:  # an installation without the prompt texts still reviews
         checklist = FALLBACK_CHECKLIST
     in_test = [f for f in lint.on_changed_lines if f.file == test.test_file]
-    redo = (f'make_worktree(case_id="{case_id}", action="create") (an edit to the registered test\'s code, '
-            "not only its comments, layout or import order, makes the check on main stale), then ") if in_test else ""
+    redo = (format_call(ToolName.make_worktree, case_id=case_id, action="create")
+            + " (an edit to the registered test's code, not only its comments, layout or import order, makes the "
+            "check on main stale), then ") if in_test else ""
+    again = format_call(ToolName.review_changes, case_id=case_id) + " again"
     if ok:
         lint_first = (f"Fix the {len(lint.on_changed_lines)} lint findings on changed lines (first at "
                       f"{lint.on_changed_lines[0].where}). " if lint.on_changed_lines else "")
         next_step = (f"{lint_first}Apply the checklist to the diff; fix anything it turns up (then {redo}"
-                     f'run_tests(case_id="{case_id}") and review_changes(case_id="{case_id}") again). '
+                     f"{format_call(ToolName.run_tests, case_id=case_id)} and {again}). "
                      f"{not_committed_note(pending)}When all holds: "
                      + format_call(ToolName.celebrate, case_id=case_id, root_cause="...", fix_summary="..."))
     else:
         first = blocking[0]
         where = (f" at {first.file}:{first.line}" if first.file and first.line
                  else (f" in {first.file}" if first.file else ""))
-        next_step = (f"Fix the blocking findings first ({first.text}{where}), then run_tests(case_id=\"{case_id}\", "
-                     f"run_nearby=true) and review_changes(case_id=\"{case_id}\") again.")
+        next_step = (f"Fix the blocking findings first ({first.text}{where}), then "
+                     f"{format_call(ToolName.run_tests, case_id=case_id, run_nearby=True)} and {again}.")
     return ReviewResult(
         ok=ok, base=f"{main_ref} @ {diff.base_commit[:12]}", files=stats, lines_changed=diff.lines_changed,
         findings=found, lint=lint, tests_added=tests_added, checklist=checklist, diff=diff.text[:MAX_DIFF_CHARS],

@@ -345,40 +345,42 @@ def _alone(case_id: str, flow: Workflow) -> str:
     the bug: the repro, run as it is (its backend and settings, which the test may not share)."""
     reproduced = flow.latest_ok(Step.reproduce)
     script = reproduced.payload(ReproduceEvidence).script if reproduced is not None else None
-    rerun = (f" Run the repro as it is too (unless you have since the fix), which the test may not cover (its "
-             f"backend, mode and inputs): "
-             f'run_with_logs(case_id="{case_id}", script="{script}", repeat=1).') if script else ""
+    rerun = (" Run the repro as it is too (unless you have since the fix), which the test may not cover (its "
+             "backend, mode and inputs): "
+             + format_call(ToolName.run_with_logs, case_id=case_id, script=script, repeat=1) + ".") if script else ""
     return (f"Verified on the registered test alone: no nearby test ran (the notes say why), and no other test was "
             f"given.{rerun} Then: ")
 
 
 def _next(case_id: str, result: RunTestsResult, registered: TestEvidence, where: str) -> str:
-    call = f'run_tests(case_id="{case_id}"'
+    call = format_call(ToolName.run_tests, case_id=case_id)
+    nearby = format_call(ToolName.run_tests, case_id=case_id, run_nearby=True)
     if where == "worktree":
         return ("Ran in the worktree of main (this never completes verification). Verify your fix on your tree: "
-                f"{call}, run_nearby=true)")
+                + nearby)
     if result.verified:
-        return f'Review the change: review_changes(case_id="{case_id}")'
+        return "Review the change: " + format_call(ToolName.review_changes, case_id=case_id)
     if result.collection_errors:
         first = result.collection_errors[0]
-        return f"Fix the collection errors ({first.file}: {first.message[:150]}), then {call}, run_nearby=true)"
+        return f"Fix the collection errors ({first.file}: {first.message[:150]}), then {nearby}"
     reg = result.registered.rsplit(": ", 1)[-1]
     if reg == "passed" and result.sweep is not None and result.sweep.regressions:
         broken = result.sweep.regressions[0]
         return (f"The fix breaks {result.sweep.regression_count} samples that pass on main, first {broken.sample} "
                 f"({broken.message[:150]}); run it alone: `{broken.rerun}`. Fix that, then "
-                + format_call(ToolName.run_tests, case_id=case_id))
+                + call)
     if reg != "passed":
         return (f"The registered test {registered.node_id} {reg}: the fix is not complete. Keep working on the "
-                f"root cause, then {call})")
+                f"root cause, then {call}")
     if result.counts["failed"] or result.counts["errored"]:
         first_failure = result.failed[0] if result.failed else None
         where_ = f" ({first_failure.node_id}: {first_failure.message[:150]})" if first_failure else ""
         return (f"Nearby tests fail{where_}: the fix breaks something (or they failed before: check on main with "
-                f"{call}, tests=[...], where=\"worktree\")). Then {call}, run_nearby=true)")
+                + format_call(ToolName.run_tests, case_id=case_id, tests=["<node ids>"], where="worktree")
+                + f"). Then {nearby}")
     if result._nearby_missing:
-        return f"Run the nearby tests too: {call}, run_nearby=true)"
-    return result.verification or f"{call}, run_nearby=true)"
+        return f"Run the nearby tests too: {nearby}"
+    return result.verification or nearby
 
 
 def _swept(sweep: SweepEvidence | None) -> bool:
