@@ -75,8 +75,15 @@ def render(tools) -> str:
     for tool in sorted(tools, key=lambda t: (order.get(t.name, 99), t.name)):
         summary = " ".join((tool.description or "").split())
         lines.append(f"- **`{tool.name}`** — {summary}")
-    lines += ["", END]
+    lines += ["", "`run_with_logs(logs=...)` takes a TORCH_LOGS spec or one of these presets (the categories' and the "
+              "layers'): " + ", ".join(f"`{name}` (`{spec}`)" for name, spec in _presets().items()) + ".", "", END]
     return "\n".join(lines)
+
+
+def _presets() -> dict[str, str]:
+    from pt2_bug_basher.playbooks import PRESETS_SPEC
+
+    return PRESETS_SPEC
 
 
 def updated_readme(readme: str, section: str) -> str:
