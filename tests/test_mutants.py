@@ -98,6 +98,24 @@ def test_drive_tells_pass_wrong_and_crash(tmp_path: Path):
     assert [json.loads(line)["outcome"] for line in out.splitlines()] == ["wrong"]  # stops at the first
 
 
+def test_kill_programs_run_on_the_sweep_engine_and_tell_pass_wrong_and_crash(tmp_path: Path):
+    from runner import run_programs
+
+    (tmp_path / "ok.py").write_text(
+        "import torch\nassert torch.compile(lambda x: x + 1, backend='eager')(torch.ones(1)) == 2\n")
+    (tmp_path / "wrong.py").write_text("import sys\nsys.exit(3)\n")
+    (tmp_path / "boom.py").write_text("def inner():\n    raise KeyError('nope')\n\n\ninner()\n")
+    (tmp_path / "segv.py").write_text("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n")
+    programs = [str(tmp_path / n) for n in ("ok.py", "wrong.py", "boom.py", "segv.py")]
+    results, timed_out = run_programs(Path(sys.executable), programs, tmp_path / "work", timeout_s=240)
+    assert not timed_out
+    assert [(Path(r["program"]).name, r["outcome"]) for r in results] == [
+        ("ok.py", "pass"), ("wrong.py", "wrong"), ("boom.py", "crash"), ("segv.py", "crash")], results
+    boom = results[2]
+    assert "KeyError" in boom["error"] and boom["frames"][-1].endswith("program_boom.py:2"), boom
+    assert "SIGSEGV" in results[3]["error"] or "signal" in results[3]["error"], results[3]
+
+
 def test_rank_finds_the_mutated_function():
     mutant = {"file": "torch/_inductor/tiny.py", "function": "Box.grow", "function_lines": [5, 11]}
     suspects = [{"file": "torch/_inductor/other.py", "line": 7, "function": "grow"},

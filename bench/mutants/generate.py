@@ -99,7 +99,7 @@ def candidates(checkout: Path, data: Path, seed: int):
 def failure_kind(result: dict, checkout: Path, site: Site) -> str:
     if result["outcome"] == "wrong":
         return "wrong_result"
-    at_site = f'{checkout / site.file}", line {site.line}' in result.get("traceback", "")
+    at_site = f"{checkout / site.file}:{site.line}" in result.get("frames", [])
     return "crash_at_site" if at_site else "crash"
 
 

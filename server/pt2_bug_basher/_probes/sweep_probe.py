@@ -9,7 +9,8 @@ A spec names OpInfo ops (torch's `op_db`) and the circumstances to vary (dtypes,
 backends, dynamic), and programs (files that compare compile against eager and raise on a mismatch).
 Samples are enumerated in a fixed order from seeded sample inputs, so sample K of an op is the same
 sample in every interpreter that has the same OpInfo. Each result is one `PT2BB-SWEEP: {json}`
-line on stdout. Outcomes: pass; fail (compiled differs from eager, or a program's assertion);
+line on stdout. Outcomes: pass; fail (compiled differs from eager, or a program's assertion or exit
+status 3);
 error (compiled raised where eager did not); skip (eager itself rejects the sample).
 Imports nothing from pt2_bug_basher.
 """
@@ -30,6 +31,8 @@ NONDETERMINISTIC_PREFIXES = ("rand", "normal", "bernoulli", "empty", "new_empty"
                              "nn.functional.alpha_dropout",
                              "nn.functional.rrelu", "exponential", "geometric", "cauchy", "log_normal")
 MESSAGE_CHARS = 400
+MAX_FRAMES = 80
+WRONG_RESULT_EXIT = 3  # a program that compares values itself reports a mismatch so (as repro scripts do)
 
 
 def emit(record: dict) -> None:
@@ -201,31 +204,47 @@ def _exported(fn):
     return run
 
 
-def run_program(path: str) -> tuple[str, str]:
+def run_program(path: str) -> tuple[str, str, list[str]]:
+    """(outcome, message, the failure's traceback frames as file:line, innermost last)."""
     import torch._dynamo
 
     torch._dynamo.reset()
     try:
         runpy.run_path(path, run_name="__main__")
     except AssertionError as exc:
-        return "fail", f"AssertionError: {exc}"
+        return "fail", f"AssertionError: {exc}", _frames(exc)
     except SystemExit as exc:
-        return ("pass", "") if exc.code in (0, None) else ("error", f"exit status {exc.code}")
+        if exc.code in (0, None):
+            return "pass", "", []
+        if exc.code == WRONG_RESULT_EXIT:  # the program's own comparison, reported by its exit status
+            return "fail", f"exit status {exc.code}", []
+        return "error", f"exit status {exc.code}", _frames(exc)
     except Exception as exc:
         tb = traceback.extract_tb(exc.__traceback__)
         frame = f" ({tb[-1].filename}:{tb[-1].lineno})" if tb else ""
-        return "error", f"{type(exc).__name__}: {exc}{frame}"
-    return "pass", ""
+        return "error", f"{type(exc).__name__}: {exc}{frame}", _frames(exc)
+    return "pass", "", []
+
+
+def _frames(exc: BaseException) -> list[str]:
+    return [f"{f.filename}:{f.lineno}" for f in traceback.extract_tb(exc.__traceback__)][-MAX_FRAMES:]
 
 
 def run_one(index: dict, key: dict) -> dict:
     started = time.monotonic()
+    frames: list[str] = []
     try:
-        outcome, message = run_program(key["file"]) if key["kind"] == "program" else run_op_sample(index, key)
+        if key["kind"] == "program":
+            outcome, message, frames = run_program(key["file"])
+        else:
+            outcome, message = run_op_sample(index, key)
     except Exception as exc:  # the probe's own failure on this sample (a sample index past the end, ...)
         outcome, message = "error", f"sweep probe: {type(exc).__name__}: {exc}"
-    return {"key": key, "outcome": outcome, "message": message[:MESSAGE_CHARS],
-            "seconds": round(time.monotonic() - started, 3)}
+    record = {"key": key, "outcome": outcome, "message": message[:MESSAGE_CHARS],
+              "seconds": round(time.monotonic() - started, 3)}
+    if frames:
+        record["frames"] = frames
+    return record
 
 
 def sweep(spec_path: str, shard: str, deadline_s: float | None) -> int:

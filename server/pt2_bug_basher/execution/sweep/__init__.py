@@ -113,6 +113,8 @@ class SampleResult(BaseModel):
     message: str = ""
     seconds: float = 0.0
     rerun: str = Field("", description="one shell command that runs this sample alone in the same interpreter")
+    frames: list[str] = Field(default_factory=list, description="a failing program's traceback, file:line, "
+                                                                "innermost last")
 
 
 @dataclass(frozen=True)
@@ -269,7 +271,7 @@ async def run_sweep(spec: SweepSpec, target: Target, *, scratch_dir: Path, launc
             got = done.get(key)
             if got is not None:
                 result = SampleResult(key=key, outcome=got["outcome"], message=got.get("message", ""),
-                                      seconds=float(got.get("seconds", 0.0)))
+                                      seconds=float(got.get("seconds", 0.0)), frames=got.get("frames", []))
             elif key == started_key:
                 result = SampleResult(key=key, outcome="timeout", message="its shard was killed while it ran")
             else:
