@@ -305,7 +305,8 @@ async def test_a_small_repro_gets_a_short_source_reduction(module_config):
     data = result.structured_content
     assert data["mode"] == "source" and data["budget_s"] == 60, data
     assert any("small already" in note for note in data["notes"]), data["notes"]
-    assert data["confirmed"] and data["seconds"] <= 60 + 5, data
+    # the budget, plus the confirming run in a fresh process after it (slow on two loaded cores)
+    assert data["confirmed"] and data["seconds"] <= 60 + 20, data
     assert "larger budget_s" not in data["next_step"], data["next_step"]  # a small result is used as it is
     runs = Store(module_config.state_dir).runs(case_id)
     # the reducer's own fork server (the case's warm interpreter is one too, started by run_with_logs)
