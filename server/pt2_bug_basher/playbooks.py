@@ -446,7 +446,8 @@ BLIND_SPOTS: dict[tuple[str, str], BlindSpot] = {
               "aliases of inputs, the runtime wrappers). The FX minifier compares graph outputs, so after aot it "
               "cannot see the bug and after dynamo only when the wrong value is a graph output; the kernels in the "
               "debug artifacts match eager. Reduce the script itself, and read the runtime wrappers and the "
-              "metadata they act on (fw_metadata in the aot_graphs log: mutated inputs, aliased outputs)."),
+              "metadata they act on (run_with_logs' aot_metadata, from the aot_graphs log: mutated inputs, outputs "
+              "regenerated as views)."),
         playbook="accuracy",  # a wrong value, whose diagnostic is localize; no artifact shows it
         minify=MinifyPlan(mode="source", note="the FX minifier cannot see a bug outside the graph"),
         config_knobs=['torch.compile(backend="aot_eager") (AOTAutograd without Inductor: the same wrappers)',

@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 
 from pt2_bug_basher.analysis.guards import DynamoDecisions, has_guard_trees, logs_recompiles, summarise_guards
 from pt2_bug_basher.analysis.suspects import exception_suspects
-from pt2_bug_basher.analysis.torch_logs import LoggedKernel, logged_kernels
+from pt2_bug_basher.analysis.torch_logs import AotMetadata, LoggedKernel, aot_metadata, logged_kernels
 from pt2_bug_basher.analysis.verdict import (
     COMPILE_OFF_ENV,
     FailureSummary,
@@ -78,6 +78,9 @@ class RunWithLogsResult(BaseModel):
     dynamo: DynamoDecisions | None = Field(None, description=(
         "with the guards or recompiles log on: what Dynamo compiled, whether later calls recompiled, the guards "
         "on each input and guard shapes that let a compiled entry be reused wrongly"))
+    aot_metadata: list[AotMetadata] = Field(default_factory=list, description=(
+        "with the aot_graphs log on: per compiled graph, the inputs AOTAutograd copies mutations back to and the "
+        "outputs it regenerates outside the graph as aliases of inputs (what its runtime wrappers do)"))
     tail: list[str] = Field(default_factory=list, description="the last lines of stderr that matter")
     suspects: list[Suspect] = Field(default_factory=list, description=(
         "an exception raised inside torch: its innermost torch frames that are not compile plumbing, innermost "
@@ -238,6 +241,7 @@ async def run_repro(
     result.recompiles = [RecompileInfo(function=r.function, reason=r.reason[:300], guard=(r.guard or "")[:300] or None,
                                        count=r.count) for r in merged.recompiles[:12]]
     result.graphs_compiled, result.frames_compiled = merged.graphs_compiled, merged.frames_compiled
+    result.aot_metadata = aot_metadata((failing or first).stderr)
     if logs_spec and (has_guard_trees(first.stderr) or logs_recompiles(logs_spec)):
         result.dynamo = summarise_guards(first.stderr, recompiles_logged=logs_recompiles(logs_spec) or None,
                                          run_id=first.result.run_id, logs=logs_spec)
