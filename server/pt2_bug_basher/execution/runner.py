@@ -9,13 +9,15 @@ A timeout or a cancelled call kills the group and every descendant that left it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import subprocess
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -264,6 +266,32 @@ async def _await_gone(pids: list[int]) -> None:
 ProgressCallback = Callable[[float], Awaitable[None]]
 
 
+async def _supervise(pumps: list[Callable[[], Coroutine[Any, Any, None]]], wait: Callable[[], Awaitable[object]],
+                    stop: Callable[[], Awaitable[list[int]]], pid: int, timeout_s: float,
+                    on_progress: ProgressCallback | None, interval_s: float, started: float) -> tuple[bool, list[int]]:
+    """The one supervision of a child: its logs pumped while `wait` runs for at most timeout_s (progress
+    ticks meanwhile); past it, `stop` kills it. Then whatever is left in its process group goes too, and
+    reading stops soon after. Returns (timed out, the pids killed)."""
+    timed_out, killed = False, []
+    async with anyio.create_task_group() as readers:
+        for pump in pumps:
+            readers.start_soon(pump)
+        async with anyio.create_task_group() as waiter:
+            waiter.start_soon(_ticks, on_progress, interval_s, started)
+            with anyio.move_on_after(timeout_s) as scope:
+                await wait()
+            if scope.cancelled_caught:
+                timed_out = True
+                killed = await stop()
+            waiter.cancel_scope.cancel()
+        if group_alive(pid):  # the child is gone; anything it left in its group (stray workers) goes too
+            killed = sorted(set(killed) | set(kill_tree(pid)))
+        await _await_gone(killed)
+        # A grandchild in another session may still hold the pipes open: stop reading soon.
+        readers.cancel_scope.deadline = anyio.current_time() + KILL_GRACE_S
+    return timed_out, killed
+
+
 async def run_process(
     argv: list[str],
     *,
@@ -309,23 +337,10 @@ async def run_process(
             return
 
     try:
-        async with anyio.create_task_group() as readers:
-            readers.start_soon(pump, process.stdout, stdout_log)
-            readers.start_soon(pump, process.stderr, stderr_log)
-            async with anyio.create_task_group() as waiter:
-                waiter.start_soon(_ticks, on_progress, progress_interval_s, started)
-                with anyio.move_on_after(timeout_s) as scope:
-                    await process.wait()
-                waiter.cancel_scope.cancel()
-            if scope.cancelled_caught:
-                timed_out = True
-                killed = await _terminate(process)
-            elif group_alive(process.pid):
-                # The child is gone; anything it left in its group (stray workers) goes too.
-                killed = kill_tree(process.pid)
-                await _await_gone(killed)
-            # A grandchild in another session may still hold the pipes open: stop reading soon.
-            readers.cancel_scope.deadline = anyio.current_time() + KILL_GRACE_S
+        timed_out, killed = await _supervise(
+            [functools.partial(pump, process.stdout, stdout_log), functools.partial(pump, process.stderr, stderr_log)],
+            process.wait, functools.partial(_terminate, process), process.pid, timeout_s,
+            on_progress, progress_interval_s, started)
     except BaseException:
         cancelled = True
         with anyio.CancelScope(shield=True):
@@ -509,24 +524,22 @@ async def run_forked(
             if on_start is not None:
                 on_start(pid)
 
-            async with anyio.create_task_group() as readers:
-                readers.start_soon(_pump_fd, out_r, stdout_log)
-                readers.start_soon(_pump_fd, err_r, stderr_log)
-                async with anyio.create_task_group() as waiter:
-                    waiter.start_soon(_ticks, on_progress, progress_interval_s, started)
-                    with anyio.move_on_after(timeout_s) as scope:
-                        reply = await _read_line(stream, buffer)
-                    if scope.cancelled_caught:
-                        timed_out = True
-                        killed = kill_tree(pid)
-                        with anyio.move_on_after(2 * KILL_GRACE_S):
-                            reply = await _read_line(stream, buffer)
-                    waiter.cancel_scope.cancel()
-                if group_alive(pid):
-                    killed = sorted(set(killed) | set(kill_tree(pid)))
-                await _await_gone(killed)
-                # A grandchild in another session may still hold the pipes open: stop reading soon.
-                readers.cancel_scope.deadline = anyio.current_time() + KILL_GRACE_S
+            replies: list[dict | None] = []
+            child = pid
+
+            async def wait() -> None:
+                replies.append(await _read_line(stream, buffer))
+
+            async def stop() -> list[int]:  # the server still reports the killed child's status
+                hit = kill_tree(child)
+                with anyio.move_on_after(2 * KILL_GRACE_S):
+                    await wait()
+                return hit
+
+            timed_out, killed = await _supervise(
+                [functools.partial(_pump_fd, out_r, stdout_log), functools.partial(_pump_fd, err_r, stderr_log)],
+                wait, stop, pid, timeout_s, on_progress, progress_interval_s, started)
+            reply = replies[-1] if replies else None
     except BaseException:
         cancelled = True
         if pid is not None:
