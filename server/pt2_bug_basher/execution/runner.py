@@ -266,6 +266,19 @@ async def _await_gone(pids: list[int]) -> None:
 ProgressCallback = Callable[[float], Awaitable[None]]
 
 
+def _outcome(argv: list[str], pid: int, exit_code: int | None, timed_out: bool, cancelled: bool, started: float,
+             stdout_log: CappedLog | None, stderr_log: CappedLog | None, killed: list[int]) -> ProcessOutcome:
+    logs = (stdout_log, stderr_log)
+    return ProcessOutcome(
+        argv=argv, exit_code=exit_code, signal_name=None if timed_out else signal_name(exit_code),
+        timed_out=timed_out, cancelled=cancelled, duration_s=time.monotonic() - started, pid=pid,
+        stdout_path=stdout_log.path if stdout_log else None, stderr_path=stderr_log.path if stderr_log else None,
+        stdout_bytes=stdout_log.total if stdout_log else 0, stderr_bytes=stderr_log.total if stderr_log else 0,
+        stdout_cut=stdout_log.cut if stdout_log else 0, stderr_cut=stderr_log.cut if stderr_log else 0,
+        killed_pids=killed, log_errors=[log.error for log in logs if log is not None and log.error],
+    )
+
+
 async def _supervise(pumps: list[Callable[[], Coroutine[Any, Any, None]]], wait: Callable[[], Awaitable[object]],
                     stop: Callable[[], Awaitable[list[int]]], pid: int, timeout_s: float,
                     on_progress: ProgressCallback | None, interval_s: float, started: float) -> tuple[bool, list[int]]:
@@ -352,23 +365,8 @@ async def run_process(
             if log is not None:
                 log.close()
     await process.aclose()
-    return ProcessOutcome(
-        argv=argv,
-        exit_code=process.returncode,
-        signal_name=None if timed_out else signal_name(process.returncode),
-        timed_out=timed_out,
-        cancelled=cancelled,
-        duration_s=time.monotonic() - started,
-        pid=process.pid,
-        stdout_path=stdout_path,
-        stderr_path=stderr_path,
-        stdout_bytes=stdout_log.total if stdout_log else 0,
-        stderr_bytes=stderr_log.total if stderr_log else 0,
-        stdout_cut=stdout_log.cut if stdout_log else 0,
-        stderr_cut=stderr_log.cut if stderr_log else 0,
-        killed_pids=killed,
-        log_errors=[log.error for log in (stdout_log, stderr_log) if log is not None and log.error],
-    )
+    return _outcome(argv, process.pid, process.returncode, timed_out, cancelled, started, stdout_log, stderr_log,
+                    killed)
 
 
 @dataclass
@@ -474,6 +472,27 @@ async def _read_line(stream: anyio.abc.ByteStream, buffer: bytearray) -> dict | 
     return json.loads(line)
 
 
+async def _ask_fork(stream: anyio.abc.UNIXSocketStream, buffer: bytearray, request: dict,
+                    fds: tuple[int, int]) -> int | ForkRefused:
+    """Send the request with the child's stdout and stderr (closed here once sent); the child's pid, or why
+    the fork server did not fork."""
+    import json
+
+    try:
+        await stream.send_fds((json.dumps(request) + "\n").encode(), list(fds))
+    finally:
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+    first = await _read_line(stream, buffer)
+    if first is None:  # it went away (stopping after its sources changed, or it died): try a new one
+        return ForkRefused("the fork server hung up", stale=True)
+    if "started" not in first:
+        why = first.get("stale") or first.get("refused") or first.get("declined")
+        return ForkRefused(str(why), stale="stale" in first, declined="declined" in first)
+    return int(first["started"])
+
+
 async def run_forked(
     socket_path: Path,
     request: dict,
@@ -490,8 +509,6 @@ async def run_forked(
     """Like run_process, for a child a fork server forks (`_probes/forkserver.py`, a warm request): its
     stdout and stderr are pipes read here into capped logs, a timeout or a cancelled call kills its whole
     group, and the exit status is the server's report of it. `argv` is what the child stands for."""
-    import json
-
     started = time.monotonic()
     stdout_log, stderr_log = CappedLog(stdout_path, log_cap), CappedLog(stderr_path, log_cap)
     out_r, out_w = os.pipe()
@@ -508,19 +525,13 @@ async def run_forked(
         except OSError as exc:
             return ForkRefused(f"the fork server does not answer: {exc}")
         async with stream:
-            line = (json.dumps({**request, "warm": True, "timeout": timeout_s + 2 * KILL_GRACE_S}) + "\n").encode()
-            await stream.send_fds(line, [out_w, err_w])
-            for fd in (out_w, err_w):
-                os.close(fd)
-            out_w = err_w = -1
             buffer = bytearray()
-            first = await _read_line(stream, buffer)
-            if first is None:  # it went away (stopping after its sources changed, or it died): try a new one
-                return ForkRefused("the fork server hung up", stale=True)
-            if "started" not in first:
-                why = first.get("stale") or first.get("refused") or first.get("declined")
-                return ForkRefused(str(why), stale="stale" in first, declined="declined" in first)
-            pid = int(first["started"])
+            answer = await _ask_fork(stream, buffer, {**request, "warm": True, "timeout": timeout_s + 2 * KILL_GRACE_S},
+                                     (out_w, err_w))
+            out_w = err_w = -1  # _ask_fork handed them over and closed them
+            if isinstance(answer, ForkRefused):
+                return answer
+            pid = answer
             if on_start is not None:
                 on_start(pid)
 
@@ -558,10 +569,4 @@ async def run_forked(
     if timed_out or (reply is not None and reply.get("timed_out")):
         timed_out, exit_code = True, None
     assert pid is not None
-    return ProcessOutcome(
-        argv=argv, exit_code=exit_code, signal_name=None if timed_out else signal_name(exit_code),
-        timed_out=timed_out, cancelled=cancelled, duration_s=time.monotonic() - started, pid=pid,
-        stdout_path=stdout_path, stderr_path=stderr_path, stdout_bytes=stdout_log.total,
-        stderr_bytes=stderr_log.total, stdout_cut=stdout_log.cut, stderr_cut=stderr_log.cut, killed_pids=killed,
-        log_errors=[log.error for log in (stdout_log, stderr_log) if log.error],
-    )
+    return _outcome(argv, pid, exit_code, timed_out, cancelled, started, stdout_log, stderr_log, killed)
