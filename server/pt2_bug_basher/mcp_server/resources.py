@@ -3,7 +3,9 @@ reduced repros."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -21,7 +23,22 @@ from pt2_bug_basher.reduce.minify import minified_file
 
 def register_resources(mcp: MCPServer, state: AppState) -> None:
     """The skill, and every case:// resource: status, reports, runs and their logs, artifacts, reduced repros."""
+    for register in (_skill_and_case, _runs_and_files):
+        register(mcp, state)
 
+
+@contextlib.contextmanager
+def _resource_errors() -> Iterator[None]:
+    """The server's errors as the resource errors a client reads: not found, or another failure."""
+    try:
+        yield
+    except NotFound as exc:
+        raise ResourceNotFoundError(str(exc)) from exc
+    except BugBasherError as exc:
+        raise ResourceError(str(exc)) from exc
+
+
+def _skill_and_case(mcp: MCPServer, state: AppState) -> None:
     @mcp.resource("skill://pt2-bug-basher/SKILL.md", name="skill", title="The pt2-bug-basher method",
                   mime_type="text/markdown")
     def skill_resource() -> str:
@@ -30,12 +47,8 @@ def register_resources(mcp: MCPServer, state: AppState) -> None:
     @mcp.resource("case://{case_id}/status", name="case-status", mime_type="application/json",
                   description="A case's steps, evidence, waivers and next step")
     async def case_status(case_id: str) -> str:
-        try:
+        with _resource_errors():
             return (await state.status(case_id)).model_dump_json(indent=2)
-        except NotFound as exc:
-            raise ResourceNotFoundError(str(exc)) from exc
-        except BugBasherError as exc:
-            raise ResourceError(str(exc)) from exc
 
     @mcp.resource("case://{case_id}/report", name="case-report", mime_type="text/markdown",
                   description="A case for a person: steps as a timeline, runs, classification, tests, waivers, summary")
@@ -51,10 +64,8 @@ def register_resources(mcp: MCPServer, state: AppState) -> None:
                   description="The TORCH_LOGS names the case's torch registers (components and artifacts), and "
                               "the presets run_with_logs takes")
     def torch_log_names(case_id: str) -> str:
-        try:
+        with _resource_errors():
             case = state.store.get_case(case_id)
-        except NotFound as exc:
-            raise ResourceNotFoundError(str(exc)) from exc
         torch = case.env.get("torch") if isinstance(case.env, dict) else None
         torch = torch if isinstance(torch, dict) else {}
         names = log_names(_names(torch.get("log_components")), _names(torch.get("log_artifacts")))
@@ -66,61 +77,49 @@ def register_resources(mcp: MCPServer, state: AppState) -> None:
     def case_sweep(case_id: str, sweep_id: str) -> str:
         from pt2_bug_basher.execution.sweep import TABLE_FILE
 
-        try:
+        with _resource_errors():
             state.store.get_case(case_id)
-        except NotFound as exc:
-            raise ResourceNotFoundError(str(exc)) from exc
         path = state.store.case_dir(case_id) / "sweeps" / sweep_id / TABLE_FILE
         if not sweep_id.replace("-", "").isalnum() or not path.is_file():
             raise ResourceNotFoundError(f"case {case_id} has no sweep {sweep_id!r}")
         return path.read_text()
 
+
+def _runs_and_files(mcp: MCPServer, state: AppState) -> None:
     @mcp.resource("case://{case_id}/runs/{run_id}/{stream}{?page}", name="run-log", mime_type="text/plain",
                   description="A run's full stdout or stderr, in pages of 64 KiB (?page=N, from 1)")
     def run_log(case_id: str, run_id: str, stream: str, page: int = 1) -> str:
-        try:
+        with _resource_errors():
             run = state.store.get_run(run_id, case_id)
-        except NotFound as exc:
-            raise ResourceNotFoundError(str(exc)) from exc
         paths = {"stdout": run.stdout_path, "stderr": run.stderr_path}
         if stream not in paths:
             raise ResourceNotFoundError(f"stream must be stdout or stderr, not {stream!r}")
         if not paths[stream]:
             raise ResourceNotFoundError(f"run {run_id} kept no {stream}")
         uri = f"case://{case_id}/runs/{run_id}/{stream}"
-        try:
+        with _resource_errors():
             return read_page(Path(paths[stream]), page, uri)  # type: ignore[arg-type]
-        except BugBasherError as exc:
-            raise ResourceError(str(exc)) from exc
 
     @mcp.resource("case://{case_id}/runs/{run_id}", name="run", mime_type="application/json",
                   description="A run's command, environment additions, exit status, timings and parsed result")
     def run_record(case_id: str, run_id: str) -> str:
-        try:
+        with _resource_errors():
             run = state.store.get_run(run_id, case_id)
-        except NotFound as exc:
-            raise ResourceNotFoundError(str(exc)) from exc
         return json.dumps(run.__dict__, indent=2, default=str)
 
     @mcp.resource("case://{case_id}/artifacts/{+path}{?page}", name="debug-artifact", mime_type="text/plain",
                   description="A file collect_debug_artifacts indexed (graphs, IR, generated code, logs), "
                               "in pages of 64 KiB (?page=N, from 1)")
     def debug_artifact(case_id: str, path: str, page: int = 1) -> str:
-        try:
+        with _resource_errors():
             file = resolve_artifact(state.store, case_id, path)
             return read_page(file, page, f"case://{case_id}/artifacts/{path}")
-        except NotFound as exc:
-            raise ResourceNotFoundError(str(exc)) from exc
-        except BugBasherError as exc:
-            raise ResourceError(str(exc)) from exc
 
     @mcp.resource("case://{case_id}/minified/{name}", name="minified-repro", mime_type="text/x-python",
                   description="A reduced repro written by minify")
     def minified(case_id: str, name: str) -> str:
-        try:
+        with _resource_errors():
             return minified_file(state.store, case_id, name).read_text(errors="replace")
-        except NotFound as exc:
-            raise ResourceNotFoundError(str(exc)) from exc
 
 
 def _names(value: object) -> list[str]:
@@ -132,10 +131,6 @@ async def _report(state: AppState, case_id: str, form: str) -> str:
     from pt2_bug_basher.report.html import render_html
     from pt2_bug_basher.report.markdown import render_markdown
 
-    try:
+    with _resource_errors():
         report = await anyio.to_thread.run_sync(build_report, state.store, case_id)
-    except NotFound as exc:
-        raise ResourceNotFoundError(str(exc)) from exc
-    except BugBasherError as exc:
-        raise ResourceError(str(exc)) from exc
     return render_html(report) if form == "html" else render_markdown(report)
