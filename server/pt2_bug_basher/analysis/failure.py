@@ -667,14 +667,17 @@ def parse(text: str, exit_code: int | None = None, signal_name: str | None = Non
     """Parse error output into blocks of frames and exceptions (internal, richer than the record)."""
     text = _unnumbered(_unquoted(_plain_rich(text)))
     idx = index if index is not None and index.text is text else LineIndex(text)
-    blocks: list[_Block] = []
-    headers = _find_chain_headers(text)
-    fatal_line: tuple[int, str] | None = None
-    sig = _signal_from(exit_code, signal_name)
-
-    # faulthandler / fatal errors
-    fm = None
     crash_lo = max(0, len(text) - _CRASH_WINDOW)  # a process that crashes prints this last
+    fatal_line, sig = _fatal(text, idx, crash_lo, _signal_from(exit_code, signal_name))
+    blocks = _blocks(text, idx, crash_lo)
+    return ParsedFailure(blocks=blocks, signal_name=sig, fatal_line=fatal_line, wrapped_types=_wrapped_types(blocks))
+
+
+def _fatal(text: str, idx: LineIndex, crash_lo: int, sig: str | None) -> tuple[tuple[int, str] | None, str | None]:
+    """The line that says the process died (faulthandler's fatal error, gdb's or the shell's signal), and the
+    signal it names when the exit status did not."""
+    fatal_line: tuple[int, str] | None = None
+    fm = None
     fpos = text.rfind("Fatal Python error: ", crash_lo)
     if fpos >= 0:
         fm = _FATAL.match(text, fpos)
@@ -686,24 +689,31 @@ def parse(text: str, exit_code: int | None = None, signal_name: str | None = Non
         for k, v in _FATAL_TO_SIGNAL.items():
             if what.startswith(k):
                 sig = sig or v
-    else:
-        gpos = text.rfind("received signal SIG", crash_lo)
-        if gpos >= 0:
-            gm = _GDB_SIGNAL.search(text, gpos)
-            if gm:
-                sig = sig or gm.group("sig")
-                ls = _line_start(text, gpos)
-                le = text.find("\n", gpos)
-                fatal_line = (idx.line_of(ls), text[ls:le if le >= 0 else len(text)])
-        if fatal_line is None:
-            tail_start = max(0, len(text) - 4096)
-            sm: re.Match[str] | None = None
-            for last in _SHELL_SIGNAL.finditer(text, tail_start):
-                sm = last
-            if sm is not None:
-                sig = sig or _FATAL_TO_SIGNAL.get(sm.group("what"))
-                fatal_line = (idx.line_of(sm.start()), sm.group(0))
+        return fatal_line, sig
+    gpos = text.rfind("received signal SIG", crash_lo)
+    if gpos >= 0:
+        gm = _GDB_SIGNAL.search(text, gpos)
+        if gm:
+            sig = sig or gm.group("sig")
+            ls = _line_start(text, gpos)
+            le = text.find("\n", gpos)
+            fatal_line = (idx.line_of(ls), text[ls:le if le >= 0 else len(text)])
+    if fatal_line is None:
+        tail_start = max(0, len(text) - 4096)
+        sm: re.Match[str] | None = None
+        for last in _SHELL_SIGNAL.finditer(text, tail_start):
+            sm = last
+        if sm is not None:
+            sig = sig or _FATAL_TO_SIGNAL.get(sm.group("what"))
+            fatal_line = (idx.line_of(sm.start()), sm.group(0))
+    return fatal_line, sig
 
+
+def _blocks(text: str, idx: LineIndex, crash_lo: int) -> list[_Block]:
+    """The tracebacks: faulthandler's crashing thread, else each chained traceback, else frames and an
+    exception line without a header."""
+    headers = _find_chain_headers(text)
+    blocks: list[_Block] = []
     # faulthandler dumps every thread; the crashing one is the "Current thread"
     fh_pos = text.rfind("Current thread ", crash_lo)
     if fh_pos < 0 or text.find(_FH_HEADER, fh_pos, fh_pos + 200) < 0:
@@ -715,18 +725,15 @@ def parse(text: str, exit_code: int | None = None, signal_name: str | None = Non
         blk.frames.reverse()  # most recent call first -> last
         blk.frame_lines.reverse()
         blk.exc = None
-        blocks.append(blk)
-    elif headers:
+        return [blk]
+    if headers:
         for i, h in enumerate(headers):
             stop = headers[i + 1] if i + 1 < len(headers) else len(text)
-            line_no = idx.line_of(h)
             hdr_end = text.find("\n", h)
             hdr_line = text[h:hdr_end if hdr_end >= 0 else len(text)]
-            jt = None
             jm = _IPY_HEADER.match(hdr_line[:hdr_line.find(_TB_HEADER)])
-            if jm:
-                jt = jm.group("type")
-            blk, _, _ = _parse_block(text, h, line_no, stop, jupyter_type=jt, first_line_is_header=True)
+            blk, _, _ = _parse_block(text, h, idx.line_of(h), stop, jupyter_type=jm.group("type") if jm else None,
+                                     first_line_is_header=True)
             blocks.append(blk)
         if blocks[-1].exc is None:
             # the final traceback was cut before its exception line: an excerpt whose
@@ -734,42 +741,43 @@ def parse(text: str, exit_code: int | None = None, signal_name: str | None = Non
             earlier = [b for b in _headerless_blocks(text, headers[0], idx) if b.exc is not None]
             if earlier:
                 blocks.insert(0, earlier[-1])
-    else:
-        blocks = _headerless_blocks(text, len(text), idx)
-        if not any(b.exc for b in blocks):
-            # an exception line with no traceback at all (excerpts, logged errors)
-            tail_start = max(0, len(text) - _HEADERLESS_WINDOW)
-            last_exc: re.Match[str] | None = None
-            for m in _QUALIFIED_EXC.finditer(text, tail_start):
-                last_exc = m
-            if last_exc is not None:
-                ln = idx.line_of(last_exc.start())
-                le = text.find("\n", last_exc.start())
-                raw = text[last_exc.start():le if le >= 0 else len(text)]
-                message = _continued(last_exc.group("msg"), text, le)
-                exc = _Exc(type=last_exc.group("type"), message=message[:MESSAGE_LIMIT], line_no=ln, line=raw)
-                blocks.append(_Block(exc=exc))
+        return blocks
+    blocks = _headerless_blocks(text, len(text), idx)
+    if not any(b.exc for b in blocks):
+        # an exception line with no traceback at all (excerpts, logged errors)
+        tail_start = max(0, len(text) - _HEADERLESS_WINDOW)
+        last_exc: re.Match[str] | None = None
+        for m in _QUALIFIED_EXC.finditer(text, tail_start):
+            last_exc = m
+        if last_exc is not None:
+            ln = idx.line_of(last_exc.start())
+            le = text.find("\n", last_exc.start())
+            raw = text[last_exc.start():le if le >= 0 else len(text)]
+            message = _continued(last_exc.group("msg"), text, le)
+            exc = _Exc(type=last_exc.group("type"), message=message[:MESSAGE_LIMIT], line_no=ln, line=raw)
+            blocks.append(_Block(exc=exc))
+    return blocks
 
+
+def _wrapped_types(blocks: list[_Block]) -> list[str]:
+    """The exception types a wrapper's message names before the final one ("backend='inductor' raised:
+    CppCompileError: ...")."""
     wrapped: list[str] = []
-    fe = None
-    for b in reversed(blocks):
-        if b.exc is not None:
-            fe = b.exc
+    fe = next((b.exc for b in reversed(blocks) if b.exc is not None), None)
+    if fe is None or not fe.message:
+        return wrapped
+    msg = fe.message
+    if msg.startswith("backend=") and "raised:" in msg.split("\n", 1)[0]:
+        msg = msg.split("\n", 1)[1] if "\n" in msg else ""
+    for _ in range(3):
+        t, rest = _split_exc(msg.split("\n", 1)[0])
+        if t is None or t == fe.type or len(t) > 120:
             break
-    if fe is not None and fe.message:
-        msg = fe.message
-        # "backend='inductor' raised:\nCppCompileError: ..." / "CppCompileError: C++ compile error"
-        if msg.startswith("backend=") and "raised:" in msg.split("\n", 1)[0]:
-            msg = msg.split("\n", 1)[1] if "\n" in msg else ""
-        for _ in range(3):
-            t, rest = _split_exc(msg.split("\n", 1)[0])
-            if t is None or t == fe.type or len(t) > 120:
-                break
-            if not (t[:1].isupper() or "." in t):
-                break
-            wrapped.append(t)
-            msg = rest
-    return ParsedFailure(blocks=blocks, signal_name=sig, fatal_line=fatal_line, wrapped_types=wrapped)
+        if not (t[:1].isupper() or "." in t):
+            break
+        wrapped.append(t)
+        msg = rest
+    return wrapped
 
 
 # --------------------------------------------------------------------------------------------
