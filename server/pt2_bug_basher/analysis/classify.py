@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -906,18 +907,7 @@ def classify(text: str, exit_code: int | None = None, signal_name: str | None = 
     _printed_flags_disagree(text, hits)
     if _printed_values_agree(hits):
         hits = [h for h in hits if h.rule not in _PRINT_RULES]
-    mode = _compile_mode(text, parsed)
-    if mode in ("strict_export", "non_strict_export"):
-        _export_mode_evidence(parsed, mode, hits)
-    if script_text and mode == "torch.compile" and _EXPORT_IN_SCRIPT.search(script_text) \
-            and not _COMPILE_IN_SCRIPT.search(script_text):
-        mode = None  # Dynamo's names in the text come from export's own tracing: the script says which it is
-    uses_export = _uses_export(parsed, mode, script_text)
-    if script_text and mode is None:
-        if _EXPORT_IN_SCRIPT.search(script_text):
-            mode = "strict_export" if re.search(r"strict\s*=\s*True", script_text) else "non_strict_export"
-        elif _COMPILE_IN_SCRIPT.search(script_text):
-            mode = "torch.compile"
+    mode, uses_export = _mode_of(text, parsed, script_text, hits)
     record = record_from_parsed(parsed, exit_code, last_line(text))
 
     # scores: a rule counts fully once, then with diminishing returns
@@ -950,29 +940,7 @@ def classify(text: str, exit_code: int | None = None, signal_name: str | None = 
     elif not ranked:
         category = "unknown"
     else:
-        category = ranked[0]
-        final_cat = facts["final_category"]
-        # the final exception decides unless line evidence is much stronger
-        if final_cat and final_cat != category and scores[final_cat] * 1.5 >= scores[category]:
-            category = final_cat
-        if category == "accuracy" and (raised_in(parsed) or ("", None))[0] == "compiled_code":
-            # the exception came from compiled or generated code (an FX graph's torch._assert, Inductor's
-            # output code), not from the program comparing results
-            category = next((c for c in ranked if c != "accuracy"), "runtime_crash")
-        if facts["wrapped_triton"] or (category == "backend_compiler_failed" and scores["triton"] >= 4.0
-                                       and final_cat in (None, "triton")):
-            category = "triton"
-            forced_secondary.append("backend_compiler_failed")
-        if category == "export" and not uses_export and scores["dynamic_shapes"] > 0:
-            # dynamic-shape errors raised as UserError outside torch.export
-            forced_secondary.append("export")
-            category = "dynamic_shapes"
-        if uses_export and category not in ("export", "accuracy", "runtime_crash") and (
-                parsed.final_exc is not None or scores["export"] > 0 or category == "dynamic_shapes"):
-            # the failure happened inside torch.export: the underlying evidence supports it
-            forced_secondary.append(category)
-            scores["export"] += scores[category]
-            category = "export"
+        category = _ranked_category(ranked, scores, facts, parsed, uses_export, forced_secondary)
     top = scores[category] if ranked else 0.0
     secondary = [c for c in forced_secondary if c != category]
     for c in ranked:
@@ -992,17 +960,69 @@ def classify(text: str, exit_code: int | None = None, signal_name: str | None = 
         confidence = 0.3
     confidence = round(max(0.05, min(0.99, confidence)), 3)
 
-    phase = _DEFAULT_PHASE.get(category)
-    if category == "unknown" or learned_guess is not None:
-        phase = facts["frame_phase"]  # a guessed category says nothing of the phase: only frames do
-    elif category == "runtime_crash" and facts["frame_phase"] == "backend_compile":
-        phase = "backend_compile"
-    elif category == "triton" and facts["frame_phase"] == "runtime":
-        phase = "runtime"
-
+    phase = _phase_of(category, facts["frame_phase"], guessed=learned_guess is not None)
     evidence = _select_evidence(text, index, hits, category, secondary)
     return Classification(category=category, secondary=secondary, confidence=confidence, evidence=evidence,
                           compile_mode=mode, phase=phase, failure=record)
+
+
+def _mode_of(text: str, parsed: ParsedFailure, script_text: str | None, hits: list[_Hit]
+             ) -> tuple[str | None, bool]:
+    """torch.compile or torch.export (strict or not), from the text and the script; and whether the
+    failure happened inside torch.export."""
+    mode = _compile_mode(text, parsed)
+    if mode in ("strict_export", "non_strict_export"):
+        _export_mode_evidence(parsed, mode, hits)
+    if script_text and mode == "torch.compile" and _EXPORT_IN_SCRIPT.search(script_text) \
+            and not _COMPILE_IN_SCRIPT.search(script_text):
+        mode = None  # Dynamo's names in the text come from export's own tracing: the script says which it is
+    uses_export = _uses_export(parsed, mode, script_text)
+    if script_text and mode is None:
+        if _EXPORT_IN_SCRIPT.search(script_text):
+            mode = "strict_export" if re.search(r"strict\s*=\s*True", script_text) else "non_strict_export"
+        elif _COMPILE_IN_SCRIPT.search(script_text):
+            mode = "torch.compile"
+    return mode, uses_export
+
+
+def _ranked_category(ranked: Sequence[str], scores: dict[str, float], facts: dict, parsed: ParsedFailure,
+                     uses_export: bool, forced_secondary: list[str]) -> str:
+    """The category the rules' scores give, after the structural overrides (appending to forced_secondary)."""
+    category = ranked[0]
+    final_cat = facts["final_category"]
+    # the final exception decides unless line evidence is much stronger
+    if final_cat and final_cat != category and scores[final_cat] * 1.5 >= scores[category]:
+        category = final_cat
+    if category == "accuracy" and (raised_in(parsed) or ("", None))[0] == "compiled_code":
+        # the exception came from compiled or generated code (an FX graph's torch._assert, Inductor's
+        # output code), not from the program comparing results
+        category = next((c for c in ranked if c != "accuracy"), "runtime_crash")
+    if facts["wrapped_triton"] or (category == "backend_compiler_failed" and scores["triton"] >= 4.0
+                                   and final_cat in (None, "triton")):
+        category = "triton"
+        forced_secondary.append("backend_compiler_failed")
+    if category == "export" and not uses_export and scores["dynamic_shapes"] > 0:
+        # dynamic-shape errors raised as UserError outside torch.export
+        forced_secondary.append("export")
+        category = "dynamic_shapes"
+    if uses_export and category not in ("export", "accuracy", "runtime_crash") and (
+            parsed.final_exc is not None or scores["export"] > 0 or category == "dynamic_shapes"):
+        # the failure happened inside torch.export: the underlying evidence supports it
+        forced_secondary.append(category)
+        scores["export"] += scores[category]
+        category = "export"
+    return category
+
+
+def _phase_of(category: str, frame_phase: str | None, guessed: bool) -> str | None:
+    phase = _DEFAULT_PHASE.get(category)
+    if category == "unknown" or guessed:
+        phase = frame_phase  # a guessed category says nothing of the phase: only frames do
+    elif category == "runtime_crash" and frame_phase == "backend_compile":
+        phase = "backend_compile"
+    elif category == "triton" and frame_phase == "runtime":
+        phase = "runtime"
+    return phase
 
 
 def _raised_in_torch(parsed: ParsedFailure) -> bool:
