@@ -13,7 +13,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pt2_bug_basher.analysis import fallback
-from pt2_bug_basher.analysis.classify import CATEGORIES, Classification, _fallback_frame_kind, classify, guessed
+from pt2_bug_basher.analysis.classify import (
+    CATEGORIES,
+    MESSAGE_RULES,
+    Classification,
+    _fallback_frame_kind,
+    classify,
+    guessed,
+)
 from pt2_bug_basher.analysis.failure import Frame, parse, strip_prefix
 
 SEVEN = {"graph_break", "backend_compiler_failed", "recompile", "accuracy", "dynamo_internal",
@@ -1195,3 +1202,14 @@ def test_a_backend_callable_raising_at_run_time_is_the_compiled_codes_failure_no
     result = classify(text, exit_code=1)
     assert result.category == "runtime_crash" and result.phase == "runtime", result
     assert "frames:compiled_callable" in {e.rule for e in result.evidence}
+
+
+@pytest.mark.parametrize("row", MESSAGE_RULES, ids=lambda row: row.rule)
+def test_each_message_rule_places_its_example(row) -> None:
+    """Adding a message rule is one row and its example: the row's rule places the example's final exception."""
+    text = ("Traceback (most recent call last):\n  File \"/work/repro.py\", line 9, in <module>\n    f(x)\n"
+            f"{row.example}\n")
+    got = classify(text, exit_code=1)
+    assert got.category == row.category, (row.rule, got.category, got.evidence)
+    assert row.rule in [e.rule for e in got.evidence], (row.rule, got.evidence)
+    assert row.types is None or row.example.split(":", 1)[0] in row.types

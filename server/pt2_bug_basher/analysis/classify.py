@@ -484,6 +484,47 @@ def _line_above(text: str, line: str) -> str:
     return text[text.rfind("\n", 0, end) + 1:end].strip()
 
 
+@dataclass(frozen=True)
+class MessageRule:
+    """A final exception that no type rule placed, placed by its message: its short type is among `types`
+    (None: any type) and `pattern` occurs in its message (in the first `head` characters, when set)."""
+
+    rule: str
+    category: Category
+    weight: float
+    pattern: re.Pattern[str]
+    types: frozenset[str] | None
+    example: str
+    """the exception line of a failure the rule places (the parametrized test classifies it)"""
+    head: int | None = None
+
+
+CUDA_RULE = "exception:cuda_error"  # refined below when Triton's frames or name show
+_ASSERTION = frozenset({"AssertionError"})
+_GENERIC = frozenset(_GENERIC_TYPES)
+# tried in order, first match wins
+MESSAGE_RULES: tuple[MessageRule, ...] = (
+    # the generated code checked an output's sizes and strides (assert_size_stride) as it ran
+    MessageRule("exception:size_stride_assert", "runtime_crash", 5.0, _SIZE_STRIDE_MSG, _ASSERTION,
+                "AssertionError: expected size 6==6, stride 4==1 at dim=0"),
+    # Dynamo asserted something about its own variable trackers while tracing
+    MessageRule("exception:dynamo_variable_assert", "dynamo_internal", 5.0, _DYNAMO_VARIABLE_MSG, _ASSERTION,
+                "AssertionError: PythonModuleVariable(<module 'math'>) is already tracked", head=400),
+    MessageRule("exception:not_close", "accuracy", 6.0, _NOT_CLOSE_MSG, frozenset({"AssertionError", "Exception"}),
+                "AssertionError: Tensor-likes are not close!"),
+    MessageRule(CUDA_RULE, "runtime_crash", 5.0, _CUDA_MSG, None,
+                "RuntimeError: CUDA error: an illegal memory access was encountered"),
+    MessageRule("exception:data_dependent", "dynamic_shapes", 3.0, _DATA_DEP_MSG, _GENERIC,
+                "RuntimeError: Could not guard on data-dependent expression Eq(u0, 1)"),
+    MessageRule("exception:symbolic_value", "dynamic_shapes", 3.0, _SYMBOLIC_MSG, _GENERIC,
+                "TypeError: an integer is required, got SymInt", head=400),
+    MessageRule("exception:inductor_internal", "backend_compiler_failed", 2.5, _INDUCTOR_MSG, _GENERIC,
+                "AssertionError: CppKernel has no store for buf0", head=400),
+    MessageRule("exception:fail_on_recompile", "recompile", 6.0, _STANCE_MSG, None,
+                "RuntimeError: Detected recompile when torch.compile stance is 'fail_on_recompile'"),
+)
+
+
 def _structural(p: ParsedFailure, hits: list[_Hit], text: str = "") -> dict:
     """Evidence from the final exception, its chain and frames. Returns facts used later."""
     facts: dict = {"final_category": None, "wrapped_triton": False, "frame_phase": None}
@@ -543,30 +584,18 @@ def _structural(p: ParsedFailure, hits: list[_Hit], text: str = "") -> dict:
             cat, weight, rule = "dynamic_shapes", 6.5, "exception:fake_run_with_symbolic_sizes"
         if cat == "graph_break" and _RECOMPILE_MSG.search(msg):
             cat, weight, rule = "recompile", 6.0, "exception:recompile_limit"
-        if cat is None and final_short == "AssertionError" and _SIZE_STRIDE_MSG.search(msg):
-            # the generated code checked an output's sizes and strides (assert_size_stride) as it ran
-            cat, weight, rule = "runtime_crash", 5.0, "exception:size_stride_assert"
-        if cat is None and final_short == "AssertionError" and _DYNAMO_VARIABLE_MSG.search(msg[:400]):
-            # Dynamo asserted something about its own variable trackers while tracing
-            cat, weight, rule = "dynamo_internal", 5.0, "exception:dynamo_variable_assert"
-        if cat is None and final_short in ("AssertionError", "Exception") and _NOT_CLOSE_MSG.search(msg):
-            cat, weight, rule = "accuracy", 6.0, "exception:not_close"
-        if cat is None and _CUDA_MSG.search(msg):
-            cat, weight, rule = "runtime_crash", 5.0, "exception:cuda_error"
+        placed = None if cat is not None else next(
+            (r for r in MESSAGE_RULES if (r.types is None or final_short in r.types)
+             and r.pattern.search(msg if r.head is None else msg[:r.head])), None)
+        if placed is not None:
+            cat, weight, rule = placed.category, placed.weight, placed.rule
+        if placed is not None and placed.rule == CUDA_RULE:
             if "device-side assert" in msg and ("Triton Error" in msg or "triton" in kinds):
                 # an assert raised from a generated Triton kernel: a Triton kernel error
                 add("runtime_crash", 2.0, rule, fe.line_no, fe.line)
                 cat, rule = "triton", "exception:triton_device_assert"
             elif "triton" in kinds or "Triton" in msg:
                 add("triton", 2.0, "frames:triton", fe.line_no, fe.line)
-        if cat is None and _DATA_DEP_MSG.search(msg) and final_short in _GENERIC_TYPES:
-            cat, weight, rule = "dynamic_shapes", 3.0, "exception:data_dependent"
-        if cat is None and _SYMBOLIC_MSG.search(msg[:400]) and final_short in _GENERIC_TYPES:
-            cat, weight, rule = "dynamic_shapes", 3.0, "exception:symbolic_value"
-        if cat is None and _INDUCTOR_MSG.search(msg[:400]) and final_short in _GENERIC_TYPES:
-            cat, weight, rule = "backend_compiler_failed", 2.5, "exception:inductor_internal"
-        if cat is None and _STANCE_MSG.search(msg):
-            cat, weight, rule = "recompile", 6.0, "exception:fail_on_recompile"
         if cat in ("backend_compiler_failed", "dynamo_internal") and any(s in _DYNAMIC_SHAPES_TYPES for s in short[1:]):
             # a dynamic-shapes error wrapped by the backend or by Dynamo
             add(cat, 2.0, rule, fe.line_no, fe.line)
