@@ -980,19 +980,21 @@ def classify(text: str, exit_code: int | None = None, signal_name: str | None = 
         confidence = guess.confidence
     elif learned_guess is not None:
         confidence = learned_guess.confidence
-    elif ranked:
-        others = sorted((scores[c] for c in CATEGORIES if c != category), reverse=True)
-        runner = others[0] if others else 0.0
-        # grows with the evidence for the winner, shrinks with the evidence for the runner-up
-        confidence = (1.0 - math.exp(-top / 3.0)) * (top / (top + runner)) if top > 0 else 0.3
     else:
-        confidence = 0.3
+        confidence = _confidence(scores, category) if ranked else 0.3
     confidence = round(max(0.05, min(0.99, confidence)), 3)
 
     phase = _phase_of(category, facts["frame_phase"], guessed=learned_guess is not None)
     evidence = _select_evidence(text, index, hits, category, secondary)
     return Classification(category=category, secondary=secondary, confidence=confidence, evidence=evidence,
                           compile_mode=mode, phase=phase, failure=record)
+
+
+def _confidence(scores: dict[str, float], category: str) -> float:
+    """Grows with the evidence for the winner, shrinks with the evidence for the runner-up."""
+    top = scores[category]
+    runner = max((scores[c] for c in CATEGORIES if c != category), default=0.0)
+    return (1.0 - math.exp(-top / 3.0)) * (top / (top + runner)) if top > 0 else 0.3
 
 
 def _mode_of(text: str, parsed: ParsedFailure, script_text: str | None, hits: list[_Hit]
