@@ -166,7 +166,8 @@ def make_checkout_python(root: Path, checkout: Path) -> Path:
     return python
 
 
-def build_torch_checkout(root: Path) -> TorchCheckout:
+def build_clean_checkout(root: Path) -> tuple[Path, str]:
+    """The installed torch's sources committed and tagged `clean` in root/checkout; returns it and the commit."""
     checkout = root / "checkout"
     _mirror(installed_torch(), checkout / "torch")
     (checkout / "test" / "dynamo").mkdir(parents=True)
@@ -177,7 +178,11 @@ def build_torch_checkout(root: Path) -> TorchCheckout:
     git(checkout, "add", "-A")
     git(checkout, "commit", "-q", "-m", "torch sources")
     git(checkout, "tag", "clean")
-    clean = git(checkout, "rev-parse", "HEAD").strip()
+    return checkout, git(checkout, "rev-parse", "HEAD").strip()
+
+
+def build_torch_checkout(root: Path) -> TorchCheckout:
+    checkout, clean = build_clean_checkout(root)
     builtin = checkout / BUILTIN
     text = builtin.read_text()
     assert text.count(SORT_CALL) == 1, "call_sorted changed in this torch: update the planted bug"
