@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -13,7 +15,7 @@ MUTANTS = Path(__file__).resolve().parents[1] / "bench" / "mutants"
 sys.path.insert(0, str(MUTANTS))
 
 from cosmic_ray.mutating import mutate_code  # noqa: E402
-from generate import MANIFEST, split_of  # noqa: E402
+from generate import MANIFEST, Generator, mode_of, split_of  # noqa: E402
 from operators import operator  # noqa: E402
 from score import bisector_layer, rank  # noqa: E402
 from sites import Site, edit_of, function_spans, innermost, layer_of, mutate, sites_in  # noqa: E402
@@ -128,6 +130,40 @@ def test_rank_finds_the_mutated_function():
     assert bisector_layer("BisectionResult(backend='eager', subsystem=None)") == "dynamo"
 
 
+def test_the_gpu_layer_is_its_own_and_only_a_gpu_run_mutates_it():
+    assert [layer_of(f"torch/_inductor/{f}") for f in ("codegen/triton.py", "codegen/simd.py", "cudagraph_trees.py",
+                                                        "runtime/triton_heuristics.py")] == ["gpu"] * 4
+    assert layer_of("torch/_inductor/codegen/cpp.py") == layer_of("torch/_inductor/select_algorithm.py") == "inductor"
+    cpu, gpu = mode_of(False, 1), mode_of(True, 4)
+    assert cpu.wants("inductor") and not cpu.wants("gpu") and not cpu.fresh_cache and not cpu.by_file
+    assert gpu.wants("gpu") and not gpu.wants("inductor") and gpu.fresh_cache and gpu.by_file
+    assert sorted(p.name for p in gpu.kill_dir.glob("*.py")) == ["cudagraphs.py", "triton_codegen.py",
+                                                                  "triton_templates.py"]
+    assert int(gpu.env["TORCHINDUCTOR_COMPILE_THREADS"]) >= 1
+
+
+def test_workers_get_one_site_of_a_function_at_a_time(tiny: Path, tmp_path: Path):
+    sites = sites_in(tiny, "torch/_inductor/tiny.py", set(range(1, 20)))
+    grow = [s for s in sites if s.function == "Box.grow" and mutate(tiny, s)]
+    helper = [s for s in sites if s.function == "helper" and mutate(tiny, s)]
+    work = tmp_path / "work"
+    work.mkdir()
+    gen = Generator(work, mode_of(False, 2), tiny, work / "unused.db", 0, time.monotonic() + 60, "2.13.0")
+    gen.queue = iter([(grow[0], ["a.py"]), (grow[1], ["a.py"]), (helper[0], ["a.py"]), (grow[2], ["a.py"])])
+    first, second = gen.next(), gen.next()
+    assert first is not None and second is not None
+    assert (first[0], second[0]) == (grow[0], helper[0])  # grow[1] is passed over: its function is in flight
+    assert first[2] == mutate(tiny, grow[0])
+    gen.record(grow[0], "survived", 1.0, None)
+    third = gen.next()
+    assert third is not None and third[0] == grow[2]  # the function is free again
+    assert gen.next() is None
+    assert [json.loads(line)["id"] for line in (work / "tried.jsonl").read_text().splitlines()] == [grow[0].id]
+    late = Generator(work, mode_of(False, 1), tiny, work / "unused.db", 0, time.monotonic() - 1, "2.13.0")
+    late.queue = iter([(helper[0], ["a.py"])])
+    assert late.next() is None  # past the deadline nothing is handed out
+
+
 def _manifest() -> list[dict]:
     return [json.loads(line) for line in MANIFEST.read_text().splitlines()] if MANIFEST.exists() else []
 
@@ -136,10 +172,23 @@ def test_manifest_integrity():
     import torch
 
     torch_root = Path(torch.__file__).parent.parent
+    here = torch.__version__.split("+")[0]
     mutants = _manifest()
     assert mutants, "bench/mutants/manifest.jsonl is empty"
     assert len({m["id"] for m in mutants}) == len(mutants)
+    assert any(m["torch"] == here for m in mutants), f"no mutant edits this torch ({here})"
     for m in mutants:
+        assert (layer_of(m["file"]) == "gpu") == m["kill_program"].startswith("bench/mutants/kill/gpu/"), m["id"]
+        assert m["original"] != m["mutated"] and m["function_lines"][0] < m["line"] <= m["function_lines"][1]
+        assert layer_of(m["file"]) == m["layer"] and m["id"].startswith(m["layer"] + "-")
+        assert m["split"] == split_of(m["id"])
+        assert m["failure"] in ("wrong_result", "crash", "crash_at_site")
+        assert (MUTANTS.parents[1] / m["kill_program"]).is_file()
+        assert Site(m["file"], m["line"], m["function"], tuple(m["function_lines"]), m["operator"],
+                    m["occurrence"]).id == m["id"]
+        if m["torch"] != here:  # another release's sources (the GPU layer is made on the CUDA machine's torch)
+            assert re.fullmatch(r"\d+\.\d+\.\d+", m["torch"]), m["id"]
+            continue
         source = (torch_root / m["file"]).read_text()
         assert source.count(m["original"]) == 1, m["id"]
         mutated = source.replace(m["original"], m["mutated"], 1)
@@ -147,9 +196,4 @@ def test_manifest_integrity():
         assert mutated != source
         span = innermost(function_spans(source), m["line"])
         assert span is not None and span[2] == m["function"] and list(span[:2]) == m["function_lines"], m["id"]
-        assert layer_of(m["file"]) == m["layer"] and m["id"].startswith(m["layer"] + "-")
-        assert m["split"] == split_of(m["id"])
-        assert m["failure"] in ("wrong_result", "crash", "crash_at_site")
-        assert (MUTANTS.parents[1] / m["kill_program"]).is_file()
-        assert Site(m["file"], m["line"], m["function"], tuple(m["function_lines"]), m["operator"],
-                    m["occurrence"]).id == m["id"]
+

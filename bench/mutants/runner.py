@@ -26,7 +26,8 @@ KILL_DIR = HERE / "kill"
 PROGRAM_ENV = {"TORCHINDUCTOR_FX_GRAPH_CACHE": "0", "TORCHINDUCTOR_AUTOGRAD_CACHE": "0"}
 
 
-def run_programs(python: Path, programs: list[str], scratch: Path, timeout_s: float) -> tuple[list[dict], bool]:
+def run_programs(python: Path, programs: list[str], scratch: Path, timeout_s: float,
+                 env: dict[str, str] | None = None) -> tuple[list[dict], bool]:
     """Run the programs (names in kill/, or paths) in one interpreter, one after another.
 
     Returns one result per program, {"program", "outcome": pass|wrong|crash, "error", "frames"}, and whether
@@ -35,7 +36,7 @@ def run_programs(python: Path, programs: list[str], scratch: Path, timeout_s: fl
     paths = {Path(p).stem: (KILL_DIR / p if not Path(p).is_absolute() else Path(p)) for p in programs}
     spec = SweepSpec(programs=[ProgramSpec(name=name, code=path.read_text()) for name, path in paths.items()])
     target = Target("mutant", str(python), scratch,
-                    {**PROGRAM_ENV, "TORCHINDUCTOR_CACHE_DIR": str(scratch / "inductor-cache")})
+                    {**PROGRAM_ENV, **(env or {}), "TORCHINDUCTOR_CACHE_DIR": str(scratch / "inductor-cache")})
     outcomes: list[ProcessOutcome] = []
     plain = plain_launcher(scratch / "sweep")
 

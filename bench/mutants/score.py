@@ -1,7 +1,7 @@
 """Score localize (and PyTorch's compiler bisector beside it) on the mutation benchmark.
 
     python bench/mutants/score.py WORK [--split tuning|held_out|all] [--per-layer N] [--only ID ...]
-                                  [--skip-bisector] [--json OUT]
+                                  [--layer L] [--skip-bisector] [--json OUT]
 
 For each mutant of manifest.jsonl: in the develop-style torch checkout WORK/ck (generate.py builds it;
 reused, each mutant on its own branch from the clean commit), commit the mutant's one-occurrence edit,
@@ -29,7 +29,7 @@ ROOT = HERE.parents[1]
 sys.path[:0] = [str(HERE), str(ROOT / "bench"), str(ROOT / "tests"), str(ROOT / "server")]
 
 import bench_bisect  # noqa: E402
-from generate import MANIFEST, checkout_of  # noqa: E402
+from generate import MANIFEST, checkout_of, torch_version  # noqa: E402
 from planted_bugs import PlantedBug, plant  # noqa: E402
 from torch_checkout import git  # noqa: E402
 
@@ -118,16 +118,23 @@ def main() -> None:
     parser.add_argument("--split", choices=["tuning", "held_out", "all"], default="tuning")
     parser.add_argument("--per-layer", type=int, default=0, help="at most N mutants per layer (0: all)")
     parser.add_argument("--only", nargs="*")
+    parser.add_argument("--layer", help="only this layer's mutants (gpu: on a CUDA machine)")
     parser.add_argument("--skip-bisector", action="store_true")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     work = args.work.resolve()
     checkout, python = checkout_of(work)
-    mutants = [json.loads(line) for line in MANIFEST.read_text().splitlines()]
+    here = torch_version(python)
+    every = [json.loads(line) for line in MANIFEST.read_text().splitlines()]
+    mutants = [m for m in every if m["torch"] == here]
+    if len(mutants) < len(every):
+        print(f"{len(every) - len(mutants)} mutants edit another torch release than this one ({here}); not scored")
     if args.only:
         mutants = [m for m in mutants if m["id"] in args.only]
     elif args.split != "all":
         mutants = [m for m in mutants if m["split"] == args.split]
+    if args.layer:
+        mutants = [m for m in mutants if m["layer"] == args.layer]
     if args.per_layer:
         taken: dict[str, int] = defaultdict(int)
         chosen = []

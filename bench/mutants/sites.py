@@ -17,6 +17,15 @@ from operators import OPERATOR_NAMES, operator
 LAYERS: tuple[tuple[str, str], ...] = (
     ("torch/_functorch/", "aotautograd"),
     ("torch/_dynamo/", "dynamo"),
+    # the GPU layer (only CUDA programs reach it): Triton code generation, its configs and autotuning, CUDA graphs
+    ("torch/_inductor/codegen/triton", "gpu"),
+    ("torch/_inductor/codegen/simd", "gpu"),
+    ("torch/_inductor/codegen/cuda_combined_scheduling.py", "gpu"),
+    ("torch/_inductor/runtime/triton_heuristics.py", "gpu"),
+    ("torch/_inductor/runtime/coordinate_descent_tuner.py", "gpu"),
+    ("torch/_inductor/runtime/static_triton_launcher.py", "gpu"),
+    ("torch/_inductor/template_heuristics/", "gpu"),
+    ("torch/_inductor/cudagraph_", "gpu"),
     ("torch/_inductor/", "inductor"),
     ("torch/_decomp/", "decomp"),
     ("torch/_refs/", "decomp"),
