@@ -218,3 +218,65 @@ def test_a_traceback_cut_before_its_exception_line_says_so_in_its_suspects():
     assert (top.file, top.line, top.function) == ("torch/_inductor/lowering.py", 6120, "pow_recursive")
     assert top.why == "innermost torch frame where the traceback stops (no exception line shown)", top
     assert "exception" not in " ".join(s.why for s in rest), rest
+
+
+STAGE = '''\
+def stage2(x):
+    if x > 0:
+        return None
+    return x, x
+
+
+def given(value):
+    return value.shape
+'''
+TRACE = '''\
+from .stage import given
+
+
+def export(x):
+    from torch._fake.stage import stage2
+
+    gm, meta = stage2(x)
+    return gm
+
+
+class Lowering:
+    def _layout(self):
+        return None
+
+    def emit(self, x):
+        layout = self._layout()
+        size = x + 1
+        return layout.stride + size
+
+
+def passes_on(x):
+    return given(x)
+'''
+
+
+@pytest.mark.parametrize(("call", "producer", "used_in"), [
+    ("export(1)", ("torch/_fake/stage.py", 1, "stage2"), "export"),
+    ("Lowering().emit(1)", ("torch/_fake/trace.py", 12, "Lowering._layout"), "Lowering.emit"),
+    ("passes_on(None)", None, "given"),
+])
+def test_a_none_used_inside_torch_names_the_call_that_returned_it(tmp_path: Path, call, producer, used_in):
+    package = tmp_path / "torch" / "_fake"
+    package.mkdir(parents=True)
+    for path, text in ((tmp_path / "torch" / "__init__.py", ""), (package / "__init__.py", ""),
+                       (package / "stage.py", STAGE), (package / "trace.py", TRACE)):
+        path.write_text(text)
+    script = f"import sys; sys.path.insert(0, {str(tmp_path)!r})\nfrom torch._fake.trace import *\n{call}\n"
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert "NoneType" in run.stderr, run.stderr
+    suspects = exception_suspects(run.stderr)
+    raising = [s for s in suspects if s.why.startswith("innermost torch frame")]
+    assert len(raising) == 1 and raising[0].function.endswith(used_in.split(".")[-1]), suspects
+    if producer is None:  # the None came in as an argument: no call in the frame gave it
+        assert suspects[0] is raising[0], suspects
+        return
+    top = suspects[0]
+    assert (top.file, top.line, top.function) == producer, top
+    assert top.why.startswith("returned the None that ") and "NoneType" in top.why, top.why
+    assert suspects[1] is raising[0]

@@ -4,7 +4,8 @@ From a bisection (the function that implements the guilty lowering, decompositio
 the helpers only it uses, found by reading its module with `ast`, then for a lowering the code
 generation that only its kernels ran), from a config switch that fixes
 the failure (the knob), and from an exception raised inside torch (the innermost torch frames that
-are not compile plumbing).
+are not compile plumbing, and before them, when the exception used a None, the function whose call
+gave it).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from pt2_bug_basher.analysis.failure import parse
+from pt2_bug_basher.analysis.failure import Frame, parse
 from pt2_bug_basher.analysis.spectra import RankedFunction
 from pt2_bug_basher.domain.bisection import BisectReport, SourceSite
 from pt2_bug_basher.domain.evidence import LineRange, Suspect, SuspectEvidence
@@ -159,6 +160,102 @@ def _first_line(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
     return min([node.lineno, *(d.lineno for d in node.decorator_list)])
 
 
+# an exception that used a None: the bug is more often in what returned it than in what used it
+NONE_USED = re.compile(r"\bNoneType\b")
+
+
+def _call_name(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    return node.attr if isinstance(node, ast.Attribute) else None
+
+
+def _produced_by(fn: ast.FunctionDef | ast.AsyncFunctionDef, line: int) -> str | None:
+    """The name of the call that gave the frame's line its None: the call the line itself unpacks, or the
+    last call assigned, before the line, to a name the line reads."""
+    here = [n for n in ast.walk(fn) if isinstance(n, ast.stmt) and n.lineno <= line <= (n.end_lineno or n.lineno)]
+    stmt = min(here, key=lambda n: (n.end_lineno or n.lineno) - n.lineno, default=None)
+    if stmt is None:
+        return None
+    if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call) and stmt.lineno == line \
+            and isinstance(stmt.targets[0], (ast.Tuple, ast.List)):
+        return _call_name(stmt.value.func)  # `a, b = f(...)`: f's None could not be unpacked
+    read = {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    best: ast.Assign | ast.AnnAssign | None = None
+    for node in ast.walk(fn):
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.lineno < stmt.lineno \
+                and isinstance(node.value, ast.Call):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names = {n.id for target in targets for n in ast.walk(target) if isinstance(n, ast.Name)}
+            if names & read and (best is None or node.lineno > best.lineno):
+                best = node
+    return _call_name(best.value.func) if best is not None and isinstance(best.value, ast.Call) else None
+
+
+def _module_file(torch_root: Path, here: Path, module: str | None, level: int) -> Path | None:
+    if level:
+        base = here.parent
+        for _ in range(level - 1):
+            base = base.parent
+        parts = [str(base), *(module.split(".") if module else [])]
+    elif module and (module == "torch" or module.startswith("torch.")):
+        parts = [str(torch_root.parent), *module.split(".")]
+    else:
+        return None
+    path = Path(*parts)
+    return next((p for p in (path.with_suffix(".py"), path / "__init__.py") if p.is_file()), None)
+
+
+def _definition(path: Path, name: str, torch_root: Path, hops: int = 2) -> tuple[Path, int, str] | None:
+    """Where `name` is defined, seen from the module at path: a function or method of it, or followed
+    through the module's `from ... import name` (function-level imports too)."""
+    try:
+        tree = ast.parse(path.read_text(errors="replace"))
+    except (OSError, SyntaxError, ValueError):
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name == name:
+                    return path, _first_line(item), f"{node.name}.{name}"
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name and node.col_offset == 0:
+            return path, _first_line(node), name
+    if hops:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and any((a.asname or a.name) == name for a in node.names):
+                original = next(a.name for a in node.names if (a.asname or a.name) == name)
+                target = _module_file(torch_root, path, node.module, node.level)
+                if target is not None:
+                    return _definition(target, original, torch_root, hops - 1)
+    return None
+
+
+def none_producer(frame: Frame, raised: str) -> Suspect | None:
+    """The function whose None the frame used, when the exception says a None was used and the frame's own
+    source shows the call it came from."""
+    path = Path(frame.file)
+    cut = frame.file.replace("\\", "/").rfind("/torch/")
+    if cut < 0:
+        return None
+    torch_root = Path(frame.file[:cut]) / "torch"
+    try:
+        tree = ast.parse(path.read_text(errors="replace"))
+    except (OSError, SyntaxError, ValueError):
+        return None
+    holding = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+               and n.lineno <= frame.line <= (n.end_lineno or n.lineno)]
+    if not holding:
+        return None
+    fn = min(holding, key=lambda n: (n.end_lineno or n.lineno) - n.lineno)
+    name = _produced_by(fn, frame.line)
+    found = _definition(path, name, torch_root) if name else None
+    if found is None:
+        return None
+    file, line, qualname = found
+    return Suspect(file=relative_torch_path(str(file)), line=line, function=qualname, evidence=["exception"],
+                   why=f"returned the None that {frame.function} (line {frame.line}) used: {raised}")
+
+
 def exception_suspects(error_text: str) -> list[Suspect]:
     """The innermost torch frames of the first exception raised inside torch, plumbing skipped; none above
     generated code that raised."""
@@ -178,6 +275,7 @@ def exception_suspects(error_text: str) -> list[Suspect]:
         exc = block.exc
         raised = f"{exc.type}" if exc is not None and getattr(exc, "type", None) else None
         out: list[Suspect] = []
+        limit = MAX_FRAMES
         for depth, frame in enumerate(reversed(frames)):
             rel = relative_torch_path(frame.file)
             if PLUMBING_FILES.search(rel) or PLUMBING_FUNCTIONS.match(frame.function) or not rel.endswith(".py"):
@@ -188,11 +286,15 @@ def exception_suspects(error_text: str) -> list[Suspect]:
             else:
                 why = (f"innermost torch frame of {raised}" if not out else
                        f"calls the frame above ({depth} frame(s) out from where {raised} was raised)")
+            if not out and exc is not None and NONE_USED.search(exc.message or ""):
+                producer = none_producer(frame, f"{raised}: {exc.message.strip()[:120]}")
+                out += [producer] if producer is not None else []
+                limit = MAX_FRAMES + len(out)
             out.append(Suspect(file=rel, line=frame.line, function=frame.function, why=why, evidence=["exception"]))
-            if len(out) >= MAX_FRAMES:
+            if len(out) >= limit:
                 break
         if out:
-            return out
+            return _unique(out)
     return []
 
 
