@@ -348,3 +348,26 @@ def test_a_script_function_called_by_the_compiled_code_is_told_from_one_the_scri
                     ("/home/u/repro.py", 9, "forward")],
                    [("/home/u/repro.py", 16, "<module>"), ("/home/u/repro.py", 9, "wave")]):
         assert compiled_callable_frame(parse(_tb(*frames, last="RuntimeError: boom"))) is None, frames
+
+
+def test_a_program_that_exits_after_its_own_check_fails_the_same_way_under_the_launcher(tmp_path) -> None:
+    """The launcher prints `PT2BB-COMPILED:` as the script ends; the failure is still the program's last line."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import pt2_bug_basher
+
+    script = tmp_path / "exits.py"
+    script.write_text("import sys\nimport torch\n\n"
+                      "print(torch.compile(lambda x: x * 2, backend='eager')(torch.ones(3)))\n"
+                      "print('WRONG RESULT: Greatest relative difference: 0.5 at index (1,)', file=sys.stderr)\n"
+                      "sys.exit(3)\n")
+    launcher = Path(pt2_bug_basher.__file__).parent / "_probes" / "launcher.py"
+    plain, launched = (subprocess.run([sys.executable, *argv, str(script)], capture_output=True, text=True,
+                                      timeout=120, cwd=tmp_path) for argv in ([], [str(launcher), "--"]))
+    assert launched.stderr.strip().splitlines()[-1].startswith("PT2BB-COMPILED:"), launched.stderr
+    records = [parse_failure(r.stdout + r.stderr, r.returncode) for r in (plain, launched)]
+    assert records[0] is not None and records[1] is not None
+    assert records[0].message == records[1].message == "WRONG RESULT: Greatest relative difference: 0.5 at index (1,)"
+    assert records[0].signature == records[1].signature

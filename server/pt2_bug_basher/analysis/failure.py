@@ -856,13 +856,17 @@ def make_signature(exception_type: str | None, message: str | None, user_frame: 
     return f"{readable}#{digest}"
 
 
+# what the server's own probes print (the launcher's `PT2BB-COMPILED:` at exit, say): never the program's words
+OWN_MARK = "PT2BB-"
+
+
 def last_line(text: str) -> str:
-    """The last non-blank line (bounded), searched from the end."""
+    """The last non-blank line the program printed (bounded), searched from the end; the probes' lines skipped."""
     end = len(text)
     for _ in range(50):
         start = text.rfind("\n", 0, end)
         line = text[start + 1:end].strip()
-        if line:
+        if line and not line.startswith(OWN_MARK):
             return line[:MESSAGE_LIMIT]
         if start < 0:
             break
