@@ -371,3 +371,73 @@ def test_a_program_that_exits_after_its_own_check_fails_the_same_way_under_the_l
     assert records[0] is not None and records[1] is not None
     assert records[0].message == records[1].message == "WRONG RESULT: Greatest relative difference: 0.5 at index (1,)"
     assert records[0].signature == records[1].signature
+
+
+COMPARED = '''\
+import torch
+
+
+def check(name, got, want):
+    torch.testing.assert_close(got, want)
+
+
+def run(form):
+    x = torch.ones(3, requires_grad=True)
+    out = x * 2
+    if form == "literal":
+        torch.testing.assert_close((out, x * 3), (out, x * 4))
+    elif form == "named":
+        got = [out.detach(), x.detach() + 1]
+        torch.testing.assert_close(got, [out.detach(), x.detach()])
+    elif form == "helper":
+        check("both", (out, x.sum()), (out, x.sum() + 1))
+    else:
+        torch.testing.assert_close(torch.stack([out, x]), torch.stack([out, x + 1]))
+
+
+if __name__ == "__main__":
+    import sys
+
+    run(sys.argv[1])
+'''
+
+
+@pytest.mark.parametrize(("form", "line", "compared"), [
+    ("literal", 12, "item [1] is `x * 3`"), ("named", 15, "item [1] is `x.detach() + 1`"),
+    # inside the helper the sequence is a parameter: its caller wrote the literal
+    ("helper", 17, "item [1] is `x.sum()`"), ("stacked", 19, None),
+])
+def test_the_item_an_assertion_names_is_read_from_the_script(tmp_path, form, line, compared) -> None:
+    import subprocess
+    import sys
+
+    from pt2_bug_basher.analysis.failure import compared_item, mismatched_item
+
+    script = tmp_path / "compares.py"
+    script.write_text(COMPARED)
+    run = subprocess.run([sys.executable, str(script), form], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert run.returncode == 1 and f'compares.py", line {line}' in run.stderr, run.stderr
+    said = compared_item(run.stderr)
+    if compared is None:  # one tensor compared: no item named
+        assert said is None and mismatched_item(run.stderr) is None
+    else:
+        assert said == f"{compared} (compares.py:{line})", said
+
+
+@pytest.mark.anyio
+async def test_run_with_logs_says_which_compared_item_differs(server, workspace) -> None:
+    import sys
+
+    from mcp import Client
+
+    script = workspace / "pair.py"
+    script.write_text("import torch\n\n\ndef f(x):\n    return x * 2, x + 1\n\n\n"
+                      "out, shifted = torch.compile(f, backend='eager')(torch.ones(3))\n"
+                      "torch.testing.assert_close((out, shifted), (out, shifted + 1))\n")
+    async with Client(server) as client:
+        env = await client.call_tool("check_env", {"python": sys.executable})
+        run = await client.call_tool("run_with_logs", {"case_id": env.structured_content["case_id"],
+                                                       "script": str(script), "repeat": 1})
+    failure = run.structured_content["failure"]
+    assert failure["category"] == "accuracy", failure
+    assert failure["compared"] == "item [1] is `shifted` (pair.py:9)", failure

@@ -23,10 +23,12 @@ cache keys, PIDs, timings, counters and line numbers are normalised away before 
 
 from __future__ import annotations
 
+import ast
 import bisect
 import hashlib
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel
@@ -1029,3 +1031,63 @@ def _runs_compiled(frame: Frame) -> bool:
     path = frame.file.replace("\\", "/")
     return _generated(frame) or any(where in path and (not funcs or frame.function in funcs)
                                     for where, funcs in _RUNS_COMPILED)
+
+
+# --------------------------------------------------------------------------------------------
+# The item of a compared sequence that differs, as the program's source writes it
+
+# torch.testing.assert_close on a tuple, list or dict of results names the item that differs
+_ITEM_RE = re.compile(r"The failure occurred for item \[(\d+)\]")
+_COMPARES = re.compile(r"assert|close|equal|check|compare|same", re.IGNORECASE)
+
+
+def mismatched_item(text: str) -> int | None:
+    """The index of the compared item that differs, when the assertion names one."""
+    found = _ITEM_RE.findall(text)
+    return int(found[-1]) if found else None
+
+
+def compared_item(text: str) -> str | None:
+    """`item [1] is `x.grad` (repro.py:12)`: the item the assertion names, read at the program's frames that
+    made the comparison, innermost first, from the sequence literal the comparing call was given (or that the
+    name it was given was last assigned before it)."""
+    item = mismatched_item(text)
+    if item is None:
+        return None
+    frames = [f for block in parse(text).blocks for f in block.frames if is_user_path(f.file)]
+    for frame in reversed(frames):
+        found = _element_at(frame, item)
+        if found is not None:
+            return f"item [{item}] is `{found}` ({Path(frame.file).name}:{frame.line})"
+    return None
+
+
+def _element_at(frame: Frame, item: int) -> str | None:
+    try:
+        tree = ast.parse(Path(frame.file).read_text(errors="replace"))
+    except (OSError, SyntaxError, ValueError):
+        return None
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and _COMPARES.search(ast.unparse(n.func))
+             and n.lineno <= frame.line <= (n.end_lineno or n.lineno)]
+    for call in calls:  # the first sequence it was given is the actual one (`check(name, got, want)` too)
+        for arg in [*call.args, *(k.value for k in call.keywords if k.arg == "actual")]:
+            given = _last_literal(tree, arg.id, call.lineno) if isinstance(arg, ast.Name) else arg
+            if isinstance(given, (ast.Tuple, ast.List)):
+                if item < len(given.elts) and not any(isinstance(e, ast.Starred) for e in given.elts):
+                    return ast.unparse(given.elts[item])
+                break
+    return None
+
+
+def _last_literal(tree: ast.Module, name: str, before: int) -> ast.expr | None:
+    """The tuple or list literal last assigned to `name` before the line, in the function that holds the line."""
+    scopes = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+              and n.lineno <= before <= (n.end_lineno or n.lineno)]
+    scope: ast.AST = min(scopes, key=lambda n: (n.end_lineno or n.lineno) - n.lineno) if scopes else tree
+    found: ast.Assign | None = None
+    for node in ast.walk(scope):
+        if isinstance(node, ast.Assign) and node.lineno < before and len(node.targets) == 1 \
+                and isinstance(node.targets[0], ast.Name) and node.targets[0].id == name \
+                and (found is None or node.lineno > found.lineno):
+            found = node
+    return found.value if found is not None and isinstance(found.value, (ast.Tuple, ast.List)) else None

@@ -685,7 +685,7 @@ def logged_kernels(text: str, max_chars: int = MAX_KERNELS_CHARS) -> tuple[list[
     write the graph output that differs first (the item an assertion names, when one graph was compiled; every
     output otherwise), then those feeding them, then the rest in the order they were generated; and the names of
     those left out for room."""
-    from pt2_bug_basher.artifacts.accuracy import mismatched_item
+    from pt2_bug_basher.analysis.failure import mismatched_item
     from pt2_bug_basher.artifacts.output_code import parse_output_code
 
     modules = [(compile_id, parse_output_code(module)) for compile_id, module in logged_output_code(text)]

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field
 
-from pt2_bug_basher.analysis.failure import Frame, RaisedIn, normalise_message, normalise_numbers
+from pt2_bug_basher.analysis.failure import Frame, RaisedIn, compared_item, normalise_message, normalise_numbers
 from pt2_bug_basher.domain.names import USER_ERROR
 
 if TYPE_CHECKING:
@@ -69,6 +69,9 @@ class FailureSummary(BaseModel):
     compiled_callable: str | None = Field(None, description=(
         "raised in a function of the script that torch.compile's compiled code called (a callable the script's "
         "backend returned): `function (file:line)`"))
+    compared: str | None = Field(None, description=(
+        "a mismatch in a compared tuple or list: the item the assertion names, as the script writes it "
+        "(`item [1] is `x.grad` (repro.py:12)`)"))
 
 
 def is_noise_line(line: str) -> bool:
@@ -157,6 +160,7 @@ class RunVerdict:
         self.logs = parse_logs(self.stderr + "\n" + stdout)
         crashed = outcome.exit_code != 0 or outcome.timed_out
         text = self.stderr if crashed or not stdout.strip() else stdout[-200_000:] + "\n" + self.stderr
+        self.text = text
         self.classification = classify(text, exit_code=outcome.exit_code, signal_name=outcome.signal_name)
         failure = self.classification.failure
         self.signature: str | None = failure.signature if failure is not None else None
@@ -206,6 +210,7 @@ class RunVerdict:
             user_frame=frame(f.user_frame) if f else None, torch_frame=frame(f.torch_frame) if f else None,
             signature=self.signature, evidence=[f"{e.line_no}: {e.text}" for e in c.evidence[:6]],
             own_backend=self.own_backend, raised_in=self.raised_in, compiled_callable=self.compiled_callable,
+            compared=compared_item(self.text) if c.category == "accuracy" and self.failed else None,
         )
 
 

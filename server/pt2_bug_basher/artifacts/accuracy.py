@@ -8,8 +8,6 @@ comments, the post-grad FX graph), and the kernel's code.
 
 from __future__ import annotations
 
-import re
-
 from pydantic import BaseModel, Field
 
 from pt2_bug_basher.artifacts.dataflow import Call, DataFlow, data_flow
@@ -18,8 +16,6 @@ from pt2_bug_basher.artifacts.index import artifact_uri, page_of_line
 
 MAX_OUTPUT_KERNELS = 4
 EXCERPT_CHARS = 1200
-# torch.testing.assert_close on a tuple, list or dict of results names the item that differs.
-_ITEM_RE = re.compile(r"The failure occurred for item \[(\d+)\]")
 NAMED_ITEM = "(the item the assertion names)"
 _ROLE_ORDER = {"inference": 0, "forward": 0, "unknown": 1, "backward": 2}
 
@@ -36,12 +32,6 @@ class OutputKernel(BaseModel):
     line: int | None = Field(None, description="the line of output_code.py where the kernel is defined")
     output_code: str = Field(description="resource URI of the page of output_code.py with that line")
     excerpt: str | None = Field(None, description="the kernel's code, boilerplate left out (bounded)")
-
-
-def mismatched_item(text: str) -> int | None:
-    """The index of the compared item that differs, when the assertion names one."""
-    found = _ITEM_RE.findall(text)
-    return int(found[-1]) if found else None
 
 
 def output_kernels(graphs: list[Graph], item: int | None, case_id: str, stamp: str) -> list[OutputKernel]:
