@@ -229,6 +229,19 @@ def stage2(x):
 
 def given(value):
     return value.shape
+
+
+def register(name):
+    def wrap(fn):
+        return fn
+'''
+OPS = '''\
+from .stage import register
+
+
+@register("double")
+def double(x):
+    return 2 * x
 '''
 TRACE = '''\
 from .stage import given
@@ -260,12 +273,13 @@ def passes_on(x):
     ("export(1)", ("torch/_fake/stage.py", 1, "stage2"), "export"),
     ("Lowering().emit(1)", ("torch/_fake/trace.py", 12, "Lowering._layout"), "Lowering.emit"),
     ("passes_on(None)", None, "given"),
+    ("__import__('torch._fake.ops')", ("torch/_fake/stage.py", 11, "register"), "<module>"),
 ])
 def test_a_none_used_inside_torch_names_the_call_that_returned_it(tmp_path: Path, call, producer, used_in):
     package = tmp_path / "torch" / "_fake"
     package.mkdir(parents=True)
     for path, text in ((tmp_path / "torch" / "__init__.py", ""), (package / "__init__.py", ""),
-                       (package / "stage.py", STAGE), (package / "trace.py", TRACE)):
+                       (package / "stage.py", STAGE), (package / "trace.py", TRACE), (package / "ops.py", OPS)):
         path.write_text(text)
     script = f"import sys; sys.path.insert(0, {str(tmp_path)!r})\nfrom torch._fake.trace import *\n{call}\n"
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=tmp_path)

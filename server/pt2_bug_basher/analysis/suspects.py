@@ -170,9 +170,22 @@ def _call_name(node: ast.expr) -> str | None:
     return node.attr if isinstance(node, ast.Attribute) else None
 
 
-def _produced_by(fn: ast.FunctionDef | ast.AsyncFunctionDef, line: int) -> str | None:
-    """The name of the call that gave the frame's line its None: the call the line itself unpacks, or the
-    last call assigned, before the line, to a name the line reads."""
+def _called_result(scope: ast.AST, line: int) -> str | None:
+    """`@factory(arg)` or `factory(arg)(x)` on the line: the factory whose result was called."""
+    for node in ast.walk(scope):
+        called = [*getattr(node, "decorator_list", []), *([node.func] if isinstance(node, ast.Call) else [])]
+        for call in called:
+            if isinstance(call, ast.Call) and call.lineno == line:
+                return _call_name(call.func)
+    return None
+
+
+def _produced_by(fn: ast.AST, line: int, message: str) -> str | None:
+    """The name of the call that gave the frame's line its None: the factory whose result it called, the call
+    the line itself unpacks, or (in a function) the last call assigned, before the line, to a name the line
+    reads."""
+    if "not callable" in message:
+        return _called_result(fn, line)
     here = [n for n in ast.walk(fn) if isinstance(n, ast.stmt) and n.lineno <= line <= (n.end_lineno or n.lineno)]
     stmt = min(here, key=lambda n: (n.end_lineno or n.lineno) - n.lineno, default=None)
     if stmt is None:
@@ -180,6 +193,8 @@ def _produced_by(fn: ast.FunctionDef | ast.AsyncFunctionDef, line: int) -> str |
     if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call) and stmt.lineno == line \
             and isinstance(stmt.targets[0], (ast.Tuple, ast.List)):
         return _call_name(stmt.value.func)  # `a, b = f(...)`: f's None could not be unpacked
+    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None  # module level: what a name was bound to earlier is another statement's business
     read = {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
     best: ast.Assign | ast.AnnAssign | None = None
     for node in ast.walk(fn):
@@ -230,7 +245,7 @@ def _definition(path: Path, name: str, torch_root: Path, hops: int = 2) -> tuple
     return None
 
 
-def none_producer(frame: Frame, raised: str) -> Suspect | None:
+def none_producer(frame: Frame, raised: str, message: str) -> Suspect | None:
     """The function whose None the frame used, when the exception says a None was used and the frame's own
     source shows the call it came from."""
     path = Path(frame.file)
@@ -244,10 +259,8 @@ def none_producer(frame: Frame, raised: str) -> Suspect | None:
         return None
     holding = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
                and n.lineno <= frame.line <= (n.end_lineno or n.lineno)]
-    if not holding:
-        return None
-    fn = min(holding, key=lambda n: (n.end_lineno or n.lineno) - n.lineno)
-    name = _produced_by(fn, frame.line)
+    scope: ast.AST = min(holding, key=lambda n: (n.end_lineno or n.lineno) - n.lineno) if holding else tree
+    name = _produced_by(scope, frame.line, message)
     found = _definition(path, name, torch_root) if name else None
     if found is None:
         return None
@@ -287,7 +300,7 @@ def exception_suspects(error_text: str) -> list[Suspect]:
                 why = (f"innermost torch frame of {raised}" if not out else
                        f"calls the frame above ({depth} frame(s) out from where {raised} was raised)")
             if not out and exc is not None and NONE_USED.search(exc.message or ""):
-                producer = none_producer(frame, f"{raised}: {exc.message.strip()[:120]}")
+                producer = none_producer(frame, f"{raised}: {exc.message.strip()[:120]}", exc.message)
                 out += [producer] if producer is not None else []
                 limit = MAX_FRAMES + len(out)
             out.append(Suspect(file=rel, line=frame.line, function=frame.function, why=why, evidence=["exception"]))
