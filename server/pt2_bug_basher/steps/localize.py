@@ -110,8 +110,8 @@ async def localize(
         report = found.get("report")
         if report is not None and (report.culprit is not None or report.config is not None):
             return  # the bisection isolated it
-        # raised inside torch, the frames say where it was noticed; the variants still tell what runs only when it
-        # fails, which is where a wrong value was made when that is not where it was noticed
+        if ref.category != "accuracy" and exception_suspects(_reproduction_errors(state, ref)):
+            return  # raised inside torch: its frames say where
         # the variants may take about half what localize took to get here, so its wall time grows by at most half
         budget = min(variants_budget_s, max(VARIANTS_FLOOR_S, VARIANTS_SHARE * (time.monotonic() - started)))
         if variants_budget_s > 0:
