@@ -371,6 +371,10 @@ def test_a_program_that_exits_after_its_own_check_fails_the_same_way_under_the_l
     assert records[0] is not None and records[1] is not None
     assert records[0].message == records[1].message == "WRONG RESULT: Greatest relative difference: 0.5 at index (1,)"
     assert records[0].signature == records[1].signature
+    from pt2_bug_basher.analysis.verdict import tail_lines
+
+    # the tail an agent reads ends with the program's words too
+    assert tail_lines(launched.stderr)[-1] == records[0].message, tail_lines(launched.stderr)
 
 
 COMPARED = '''\
@@ -411,13 +415,13 @@ def test_the_item_an_assertion_names_is_read_from_the_script(tmp_path, form, lin
     import subprocess
     import sys
 
-    from pt2_bug_basher.analysis.failure import compared_item, mismatched_item
+    from pt2_bug_basher.analysis.failure import compared_item, mismatched_item, parse
 
     script = tmp_path / "compares.py"
     script.write_text(COMPARED)
     run = subprocess.run([sys.executable, str(script), form], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert run.returncode == 1 and f'compares.py", line {line}' in run.stderr, run.stderr
-    said = compared_item(run.stderr)
+    said = compared_item(parse(run.stderr), run.stderr)
     if compared is None:  # one tensor compared: no item named
         assert said is None and mismatched_item(run.stderr) is None
     else:

@@ -1047,14 +1047,14 @@ def mismatched_item(text: str) -> int | None:
     return int(found[-1]) if found else None
 
 
-def compared_item(text: str) -> str | None:
+def compared_item(parsed: ParsedFailure, text: str) -> str | None:
     """`item [1] is `x.grad` (repro.py:12)`: the item the assertion names, read at the program's frames that
     made the comparison, innermost first, from the sequence literal the comparing call was given (or that the
     name it was given was last assigned before it)."""
     item = mismatched_item(text)
     if item is None:
         return None
-    frames = [f for block in parse(text).blocks for f in block.frames if is_user_path(f.file)]
+    frames = [f for block in parsed.blocks for f in block.frames if is_user_path(f.file)]
     for frame in reversed(frames):
         found = _element_at(frame, item)
         if found is not None:
@@ -1079,11 +1079,16 @@ def _element_at(frame: Frame, item: int) -> str | None:
     return None
 
 
+def innermost_function(tree: ast.AST, line: int) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The innermost function (def line to last line) that holds the line."""
+    holding = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+               and n.lineno <= line <= (n.end_lineno or n.lineno)]
+    return min(holding, key=lambda n: (n.end_lineno or n.lineno) - n.lineno, default=None)
+
+
 def _last_literal(tree: ast.Module, name: str, before: int) -> ast.expr | None:
     """The tuple or list literal last assigned to `name` before the line, in the function that holds the line."""
-    scopes = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-              and n.lineno <= before <= (n.end_lineno or n.lineno)]
-    scope: ast.AST = min(scopes, key=lambda n: (n.end_lineno or n.lineno) - n.lineno) if scopes else tree
+    scope: ast.AST = innermost_function(tree, before) or tree
     found: ast.Assign | None = None
     for node in ast.walk(scope):
         if isinstance(node, ast.Assign) and node.lineno < before and len(node.targets) == 1 \

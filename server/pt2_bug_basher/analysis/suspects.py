@@ -15,7 +15,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from pt2_bug_basher.analysis.failure import Frame, parse
+from pt2_bug_basher.analysis.failure import Frame, innermost_function, parse
 from pt2_bug_basher.analysis.spectra import RankedFunction
 from pt2_bug_basher.domain.bisection import BisectReport, SourceSite
 from pt2_bug_basher.domain.evidence import LineRange, Suspect, SuspectEvidence
@@ -257,9 +257,7 @@ def none_producer(frame: Frame, raised: str, message: str) -> Suspect | None:
         tree = ast.parse(path.read_text(errors="replace"))
     except (OSError, SyntaxError, ValueError):
         return None
-    holding = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-               and n.lineno <= frame.line <= (n.end_lineno or n.lineno)]
-    scope: ast.AST = min(holding, key=lambda n: (n.end_lineno or n.lineno) - n.lineno) if holding else tree
+    scope: ast.AST = innermost_function(tree, frame.line) or tree
     name = _produced_by(scope, frame.line, message)
     found = _definition(path, name, torch_root) if name else None
     if found is None:

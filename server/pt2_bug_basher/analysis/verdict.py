@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field
 
-from pt2_bug_basher.analysis.failure import Frame, RaisedIn, compared_item, normalise_message, normalise_numbers
+from pt2_bug_basher.analysis.failure import (
+    OWN_MARK,
+    Frame,
+    RaisedIn,
+    compared_item,
+    normalise_message,
+    normalise_numbers,
+)
 from pt2_bug_basher.domain.names import USER_ERROR
 
 if TYPE_CHECKING:
@@ -75,9 +82,9 @@ class FailureSummary(BaseModel):
 
 
 def is_noise_line(line: str) -> bool:
-    """Dynamo's closing hints and similar boilerplate that bury the real error."""
+    """Dynamo's closing hints and similar boilerplate that bury the real error, and the server's probes' lines."""
     stripped = line.strip()
-    return stripped.startswith(_NOISE_PREFIXES) or set(stripped) <= {"-", "=", "^", "~", " "}
+    return stripped.startswith((*_NOISE_PREFIXES, OWN_MARK)) or set(stripped) <= {"-", "=", "^", "~", " "}
 
 
 # TORCH_LOGS records of generated code: run_with_logs gives their kernels a field of their own.
@@ -160,7 +167,6 @@ class RunVerdict:
         self.logs = parse_logs(self.stderr + "\n" + stdout)
         crashed = outcome.exit_code != 0 or outcome.timed_out
         text = self.stderr if crashed or not stdout.strip() else stdout[-200_000:] + "\n" + self.stderr
-        self.text = text
         self.classification = classify(text, exit_code=outcome.exit_code, signal_name=outcome.signal_name)
         failure = self.classification.failure
         self.signature: str | None = failure.signature if failure is not None else None
@@ -172,6 +178,8 @@ class RunVerdict:
         raised = raised_in(parsed) if parsed else None
         self.raised_in: RaisedIn | None = raised[0] if raised else None
         self.raised_at = f"{raised[1].file}:{raised[1].line} in {raised[1].function}" if raised else None
+        # a failed comparison raises: read which item differs from the parse already made
+        self.compared = compared_item(parsed, text) if parsed else None
         if not crashed and not self.compile_off:  # with compilation off, the exit status alone decides
             if self.logs.recompile_limit_hit:
                 self.failed = True
@@ -210,7 +218,7 @@ class RunVerdict:
             user_frame=frame(f.user_frame) if f else None, torch_frame=frame(f.torch_frame) if f else None,
             signature=self.signature, evidence=[f"{e.line_no}: {e.text}" for e in c.evidence[:6]],
             own_backend=self.own_backend, raised_in=self.raised_in, compiled_callable=self.compiled_callable,
-            compared=compared_item(self.text) if c.category == "accuracy" and self.failed else None,
+            compared=self.compared if c.category == "accuracy" else None,
         )
 
 
