@@ -46,12 +46,12 @@ def rank(suspects: list[dict], guilty: str) -> int | None:
     return None
 
 
-async def ours(root: Path, checkout: Path, python: Path, script: Path) -> dict:
+async def ours(root: Path, checkout: Path, python: Path, script: Path, state: Path | None = None) -> dict:
     from mcp import Client
 
     from pt2_bug_basher.mcp_server.server import create_server
 
-    config = ServerConfig(root / "state", checkout, (root,))
+    config = ServerConfig(state or root / "state", checkout, (root,))
     async with Client(create_server(config)) as client:
         env = await client.call_tool("check_env", {"python": str(python), "repo": str(checkout)})
         case_id = env.structured_content["case_id"]

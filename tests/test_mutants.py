@@ -140,6 +140,10 @@ def test_the_gpu_layer_is_its_own_and_only_a_gpu_run_mutates_it():
     assert sorted(p.name for p in gpu.kill_dir.glob("*.py")) == ["cudagraphs.py", "triton_codegen.py",
                                                                   "triton_templates.py"]
     assert int(gpu.env["TORCHINDUCTOR_COMPILE_THREADS"]) >= 1
+    rerun = mode_of(True, 4, ("torch/_inductor/codegen/triton",))
+    assert not rerun.wants("gpu", "torch/_inductor/codegen/triton_utils.py")
+    assert rerun.wants("gpu", "torch/_inductor/cudagraph_trees.py")
+    assert gpu.wants("gpu", "torch/_inductor/codegen/triton.py")
 
 
 def test_workers_get_one_site_of_a_function_at_a_time(tiny: Path, tmp_path: Path):

@@ -10,7 +10,8 @@ the first failure), reverts it, and appends each killed mutant to manifest.jsonl
 
 --gpu (a CUDA machine): the programs of kill/gpu/ and sites of the GPU layer only, each mutant with an empty
 Inductor cache (a cached kernel or autotuning result must not hide it). --workers N: N checkouts (ck, ck1, ...),
-a mutant on each at once, the CPUs shared out as Inductor's compile threads.
+a mutant on each at once, the CPUs shared out as Inductor's compile threads. --skip-files P ...: sites in files
+under these paths are left alone (a rerun for the files an earlier run's big ones crowded out).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ MANIFEST = HERE / "manifest.jsonl"
 IMPORT_S = 10.0  # import torch on a loaded machine
 MAX_PROGRAMS = 2  # the cheapest covering programs a mutant gets; a survivor of more costs minutes
 QUOTA = {"dynamo": 14, "aotautograd": 12, "decomp": 12, "inductor": 14, "fx": 12, "export": 6,
-         "higher_order_ops": 2, "subclasses": 3, "gpu": 24}
+         "higher_order_ops": 2, "subclasses": 3, "gpu": 40}
 
 
 @dataclass(frozen=True)
@@ -54,17 +55,20 @@ class Mode:
     env: dict[str, str]
     fresh_cache: bool
     by_file: bool  # round-robin over files, not layers (one layer: its big files must not crowd out the rest)
+    skip_files: tuple[str, ...] = ()  # path prefixes a rerun leaves alone (files an earlier run filled)
 
-    def wants(self, layer: str) -> bool:
+    def wants(self, layer: str, rel: str = "") -> bool:
+        if rel.startswith(self.skip_files) and self.skip_files:
+            return False
         return layer in self.layers if self.layers is not None else layer != "gpu"
 
 
-def mode_of(gpu: bool, workers: int) -> Mode:
+def mode_of(gpu: bool, workers: int, skip_files: tuple[str, ...] = ()) -> Mode:
     if not gpu:
-        return Mode(KILL_DIR, None, {}, fresh_cache=False, by_file=False)
+        return Mode(KILL_DIR, None, {}, fresh_cache=False, by_file=False, skip_files=skip_files)
     threads = str(max(1, (os.cpu_count() or 1) // workers))
     return Mode(KILL_DIR / "gpu", frozenset({"gpu"}), {"TORCHINDUCTOR_COMPILE_THREADS": threads}, fresh_cache=True,
-                by_file=True)
+                by_file=True, skip_files=skip_files)
 
 
 def torch_version(python: Path) -> str:
@@ -130,7 +134,7 @@ def candidates(checkout: Path, data: Path, seed: int, mode: Mode) -> Iterator[tu
     covered = covered_lines(data, checkout)
     groups: dict[str, dict[str, dict[int, set[str]]]] = {}
     for rel, lines in covered.items():
-        if mode.wants(layer_of(rel) or ""):
+        if mode.wants(layer_of(rel) or "", rel):
             groups.setdefault(rel if mode.by_file else layer_of(rel) or "", {})[rel] = lines
     rng = random.Random(seed)
     queues = [layer_queue(checkout, groups[key], rng) for key in sorted(groups)]
@@ -236,11 +240,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=30)
     parser.add_argument("--gpu", action="store_true", help="the GPU layer, killed by kill/gpu/ on CUDA")
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--skip-files", nargs="*", default=[], help="leave files under these torch paths alone")
     args = parser.parse_args()
     started = time.monotonic()
     work = args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
-    mode = mode_of(args.gpu, args.workers)
+    mode = mode_of(args.gpu, args.workers, tuple(args.skip_files))
     first = checkout_of(work)
     workers = [first] + [checkout_of(work, f"ck{i}", like=first[0]) for i in range(1, args.workers)]
     data, costs = coverage_data(workers[0][1], work, mode.kill_dir)

@@ -1,25 +1,31 @@
 """Score localize (and PyTorch's compiler bisector beside it) on the mutation benchmark.
 
     python bench/mutants/score.py WORK [--split tuning|held_out|all] [--per-layer N] [--only ID ...]
-                                  [--layer L] [--skip-bisector] [--json OUT]
+                                  [--layer L] [--skip-bisector | --skip-localize] [--json OUT]
+                                  [--workers N]
 
 For each mutant of manifest.jsonl: in the develop-style torch checkout WORK/ck (generate.py builds it;
 reused, each mutant on its own branch from the clean commit), commit the mutant's one-occurrence edit,
 use its kill program as the user's repro, open a case through the real MCP server in-process
 (check_env, run_with_logs, localize: bench/bench_bisect.py's `ours`) and read the rank of the mutated
 function among localize's suspects; then run the bisector on the same repro. Prints top-1/3/5 and wall
-times per layer and split.
+times per layer and split. --workers N: N checkouts (ck, ck1, ...) and case stores, one mutant on each at
+once, the CPUs shared out as Inductor's compile threads.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import queue
 import re
 import statistics
 import sys
+import threading
 import time
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import anyio
@@ -33,11 +39,13 @@ from generate import MANIFEST, checkout_of, torch_version  # noqa: E402
 from planted_bugs import PlantedBug, plant  # noqa: E402
 from torch_checkout import git  # noqa: E402
 
-BISECTOR_TIMEOUT_S = 900
+BISECTOR_TIMEOUT_S = int(os.environ.get("BISECTOR_TIMEOUT_S", 900))
 # what the bisector's answer names -> the layer it points at
 BISECTOR_LAYER = {"eager": "dynamo", "aot_eager": "aotautograd", "aot_eager_decomp_partition": "decomp",
                   "inductor": "inductor"}
-BISECTOR_SUBSYSTEM_LAYER = {"decomposition": "decomp", "cudagraphs": "inductor"}
+BISECTOR_SUBSYSTEM_LAYER = {"decomposition": "decomp", "cudagraphs": "gpu"}
+# the bisector has no subsystem for Triton code generation: its `inductor` answer is its best for the GPU layer
+BISECTOR_ALSO = {"gpu": {"inductor"}}
 
 
 def rank(suspects: list[dict], mutant: dict) -> int | None:
@@ -63,7 +71,8 @@ def bisector_layer(result: object) -> str | None:
     return BISECTOR_LAYER.get(backend.group(1)) if backend else None
 
 
-def score_one(work: Path, checkout: Path, python: Path, mutant: dict, skip_bisector: bool) -> dict:
+def score_one(work: Path, checkout: Path, python: Path, mutant: dict, skip_bisector: bool, state: Path,
+              skip_localize: bool = False) -> dict:
     repro = (ROOT / mutant["kill_program"]).read_text()
     bug = PlantedBug(name=mutant["id"], file=mutant["file"], old=mutant["original"], new=mutant["mutated"],
                      repro=repro, layer=mutant["layer"], guilty=mutant["function"], what=mutant["operator"])
@@ -72,7 +81,7 @@ def score_one(work: Path, checkout: Path, python: Path, mutant: dict, skip_bisec
     script = work / f"repro_{mutant['id']}.py"
     script.write_text(repro)
     try:
-        mine = anyio.run(bench_bisect.ours, work, checkout, python, script)
+        mine = {} if skip_localize else anyio.run(bench_bisect.ours, work, checkout, python, script, state)
     finally:
         git(checkout, "checkout", "-q", "-f", "-B", "mutants", "clean")
     row = {"id": mutant["id"], "layer": mutant["layer"], "split": mutant["split"], "failure": mutant["failure"],
@@ -87,8 +96,9 @@ def score_one(work: Path, checkout: Path, python: Path, mutant: dict, skip_bisec
             theirs = bench_bisect.baseline(work, python, script)
         finally:
             git(checkout, "checkout", "-q", "-f", "-B", "mutants", "clean")
+        hits = {mutant["layer"], *BISECTOR_ALSO.get(mutant["layer"], ())}
         row.update(bisector_s=theirs["seconds"], bisector=theirs["result"],
-                   bisector_hit=bisector_layer(theirs["result"]) == mutant["layer"])
+                   bisector_hit=bisector_layer(theirs["result"]) in hits)
     return row
 
 
@@ -120,7 +130,9 @@ def main() -> None:
     parser.add_argument("--only", nargs="*")
     parser.add_argument("--layer", help="only this layer's mutants (gpu: on a CUDA machine)")
     parser.add_argument("--skip-bisector", action="store_true")
+    parser.add_argument("--skip-localize", action="store_true", help="the bisector alone (a second pass)")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--workers", type=int, default=1)
     args = parser.parse_args()
     work = args.work.resolve()
     checkout, python = checkout_of(work)
@@ -143,14 +155,32 @@ def main() -> None:
                 taken[m["layer"]] += 1
                 chosen.append(m)
         mutants = chosen
-    rows = []
+    if args.workers > 1:
+        os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = str(max(1, (os.cpu_count() or 1) // args.workers))
+    checkouts = [(checkout, python)] + [checkout_of(work, f"ck{i}", like=checkout) for i in range(1, args.workers)]
+    todo: queue.SimpleQueue[dict] = queue.SimpleQueue()
     for mutant in mutants:
-        started = time.monotonic()
-        row = score_one(work, checkout, python, mutant, args.skip_bisector)
-        rows.append(row)
-        print(json.dumps(row), f"({time.monotonic() - started:.0f}s)", flush=True)
-        if args.json:
-            args.json.write_text(json.dumps(rows, indent=1))
+        todo.put(mutant)
+    rows: list[dict] = []
+    lock = threading.Lock()
+
+    def worker(i: int, checkout: Path, python: Path) -> None:
+        while True:
+            try:
+                mutant = todo.get_nowait()
+            except queue.Empty:
+                return
+            started = time.monotonic()
+            row = score_one(work, checkout, python, mutant, args.skip_bisector, work / f"state{i}", args.skip_localize)
+            with lock:
+                rows.append(row)
+                print(json.dumps(row), f"({time.monotonic() - started:.0f}s)", flush=True)
+                if args.json:
+                    args.json.write_text(json.dumps(rows, indent=1))
+
+    with ThreadPoolExecutor(args.workers) as pool:
+        for future in [pool.submit(worker, i, c, p) for i, (c, p) in enumerate(checkouts)]:
+            future.result()
     print("\n".join(summary(rows)))
 
 
