@@ -169,3 +169,49 @@ async def test_source_reducer_on_the_triton_failure(gpu_config, gpu_case):
     assert "fresh processes" in data["source"]["evaluator"], report
     reduced = Path(data["minimized_path"]).read_text()
     assert "inject_relu_bug_TESTING_ONLY" in reduced and "cuda" in reduced, reduced
+
+
+# -- one Triton code-generation mutant of the benchmark, end to end: localize in a develop checkout ------
+
+MUTANTS = Path(__file__).resolve().parents[1] / "bench" / "mutants"
+TRITON_MUTANT = "gpu-1b814b6640"  # TritonKernel.iteration_ranges_get_pid: `is not` made `is`, a crash
+
+
+def _mutant(mutant_id: str) -> dict:
+    for line in (MUTANTS / "manifest.jsonl").read_text().splitlines():
+        entry = json.loads(line)
+        if entry["id"] == mutant_id:
+            return entry
+    raise LookupError(mutant_id)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+async def test_localize_names_the_mutated_triton_codegen_function(tmp_path_factory):
+    import torch
+    from planted_bugs import PlantedBug, plant
+    from torch_checkout import build_clean_checkout, make_checkout_python
+
+    mutant = _mutant(TRITON_MUTANT)
+    if torch.__version__.split("+")[0] != mutant["torch"]:
+        pytest.skip(f"the mutant edits torch {mutant['torch']}'s sources")
+    root = tmp_path_factory.mktemp("gpu-mutant")
+    checkout, _ = build_clean_checkout(root)
+    python = make_checkout_python(root, checkout)
+    repro = (MUTANTS.parents[1] / mutant["kill_program"]).read_text()
+    plant(checkout, PlantedBug(name=mutant["id"], file=mutant["file"], old=mutant["original"], new=mutant["mutated"],
+                               repro=repro, layer="gpu", guilty=mutant["function"], what=mutant["operator"]))
+    script_path = root / "repro.py"
+    script_path.write_text(repro)
+    config = ServerConfig(state_dir=root / "state", default_repo=checkout, allowed_roots=(root,))
+    env = await call(config, "check_env", python=str(python), repo=str(checkout))
+    case_id = env["case_id"]
+    run = await call(config, "run_with_logs", case_id=case_id, script=str(script_path), repeat=2)
+    assert run["reproduced"], run["runs"]
+    data = await call(config, "localize", case_id=case_id)
+    assert data["layer"] == "Inductor", data["layer"]
+    first, last = mutant["function_lines"]
+    ranks = [i for i, s in enumerate(data["suspects"], 1)
+             if s["file"] == mutant["file"] and s["line"] is not None and first <= s["line"] <= last]
+    report = json.dumps(data["suspects"][:5], indent=1)
+    assert ranks and ranks[0] <= 3, report
