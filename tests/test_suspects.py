@@ -13,6 +13,7 @@ import torch
 from conftest import EXAMPLES
 from mcp import Client
 
+from pt2_bug_basher.analysis.failure import is_user_path
 from pt2_bug_basher.analysis.suspects import (
     bisect_suspects,
     codegen_summary,
@@ -54,6 +55,25 @@ def test_a_failed_comparison_has_no_suspect_in_torch_testing():
     stderr = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stderr
     assert "torch/testing/_comparison.py" in stderr
     assert exception_suspects(stderr) == []
+
+
+def test_an_environment_under_a_folder_named_torch_does_not_make_its_packages_torch(tmp_path):
+    # a CUDA machine's interpreter lives in /torch/.venv: Triton's compiler frames there are Triton's, not torch's
+    env = tmp_path / "torch" / ".venv" / "lib" / "python3.12" / "site-packages"
+    checkout = tmp_path / "ck" / "checkout" / "torch" / "_inductor"
+    lines = ["Traceback (most recent call last):",
+             f'  File "{checkout / "runtime" / "triton_heuristics.py"}", line 10, in _precompile_config',
+             "    binary = triton.compile(*compile_args, **compile_kwargs)",
+             f'  File "{checkout / "codegen" / "triton.py"}", line 20, in reduction_resize',
+             "    return self.cse.generate(self.compute, value)",
+             f'  File "{env / "triton" / "compiler" / "code_generator.py"}", line 452, in set_value',
+             "    raise ValueError(name)",
+             "ValueError: tmp3"]
+    suspects = exception_suspects("\n".join(lines) + "\n")
+    assert [s.file for s in suspects] == ["torch/_inductor/codegen/triton.py",
+                                          "torch/_inductor/runtime/triton_heuristics.py"], suspects
+    assert not is_user_path(str(env / "triton" / "compiler" / "code_generator.py"))
+    assert not is_user_path(str(env / "torch" / "_dynamo" / "utils.py"))
 
 
 def test_code_inductor_generated_that_raised_leaves_no_caller_as_suspect():

@@ -157,7 +157,15 @@ _STDLIB_NAMES = re.compile(r"(?:^|[/\\])(?:runpy|contextlib|functools|threading|
                            r"|multiprocessing[/\\]\w+|unittest[/\\]\w+|asyncio[/\\]\w+)\.py$")
 
 
+_PACKAGE_OF = re.compile(r"[/\\](?:site|dist)-packages[/\\]([^/\\]+)")
+
+
 def _in_torch(path: str) -> bool:
+    """torch's own file: an installed one is torch's package, wherever the environment lives (a venv under a
+    folder named `torch` holds Triton too); a develop checkout's has a `torch/` folder in its path."""
+    installed = _PACKAGE_OF.findall(path)
+    if installed:
+        return installed[-1] == "torch"
     return bool(_TORCH_PATH.search(path)) or path.startswith(("torch/", "..../torch/"))
 
 
