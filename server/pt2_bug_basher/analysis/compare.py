@@ -38,14 +38,12 @@ import json
 import os
 import re
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
 from pt2_bug_basher.analysis.failure import normalise_message, parse, raised_in
-
-if TYPE_CHECKING:
-    from pt2_bug_basher.execution.runs import RunResult
+from pt2_bug_basher.domain.process import RunOutput
 
 # Exceptions that say a test itself is broken (typo, missing import) rather than hitting the bug.
 TEST_BUG_EXCEPTIONS = {"NameError", "ImportError", "ModuleNotFoundError", "SyntaxError", "IndentationError",
@@ -130,7 +128,7 @@ class Failure(BaseModel):
         return cls(**{name: getattr(evidence, name, None) for name in fields})
 
 
-def run_failure(result: RunResult) -> Failure:
+def run_failure(result: RunOutput) -> Failure:
     """The failure a run of a script shows, by run_with_logs' own rules."""
     from pt2_bug_basher.analysis.verdict import RunVerdict
 
@@ -316,7 +314,7 @@ class Oracle:
     script_name: str | None = None
     off_passes: bool = False
 
-    def judge(self, result: RunResult) -> Match:
+    def judge(self, result: RunOutput) -> Match:
         """One compiled run."""
         return self.judge_failure(run_failure(result))
 
@@ -350,11 +348,11 @@ class Oracle:
             return f"raised {short_type(seen.exception_type)} in {where.file}, not in {self.script_name}"
         return None
 
-    def judge_off(self, result: RunResult) -> Match:
+    def judge_off(self, result: RunOutput) -> Match:
         """A run with compilation off: matches when it fails the case's way (then the compiled run proves nothing)."""
         return same_failure(run_failure(result), self.wanted, replace(_COMPILE_OFF, wanted_as=self.rules.wanted_as))
 
-    def confirm(self, compiled: RunResult, compile_off: RunResult | None) -> Match:
+    def confirm(self, compiled: RunOutput, compile_off: RunOutput | None) -> Match:
         """A reduction's result: the compiled run reproduces and, where the case passed with compilation off,
         the run with compilation off does not fail the case's way."""
         match = self.judge(compiled)

@@ -20,10 +20,10 @@ from pt2_bug_basher.analysis.failure import (
     normalise_numbers,
 )
 from pt2_bug_basher.domain.names import USER_ERROR
+from pt2_bug_basher.domain.process import RunOutput
 
 if TYPE_CHECKING:
     from pt2_bug_basher.analysis.torch_logs import LogSummary
-    from pt2_bug_basher.execution.runs import RunResult
 
 PARSE_BYTES = 4 * 1024 * 1024
 TAIL_LINES = 15
@@ -154,7 +154,7 @@ def run_uri(case_id: str, run_id: str, stream: str) -> str:
 class RunVerdict:
     """What one run showed: failed or not, its signature and category, its parsed logs."""
 
-    def __init__(self, result: RunResult) -> None:
+    def __init__(self, result: RunOutput) -> None:
         from pt2_bug_basher.analysis.classify import classify, guessed
         from pt2_bug_basher.analysis.failure import compiled_callable_frame, own_backend_frame, parse, raised_in
         from pt2_bug_basher.analysis.torch_logs import parse_logs

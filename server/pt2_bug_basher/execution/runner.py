@@ -15,52 +15,18 @@ import signal
 import subprocess
 import time
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import anyio
 import anyio.abc
 
+from pt2_bug_basher.domain.process import ProcessOutcome
+
 DEFAULT_LOG_CAP = 8 * 1024 * 1024
 KILL_GRACE_S = 2.0
 _CHUNK = 64 * 1024
-
-
-@dataclass
-class ProcessOutcome:
-    argv: list[str]
-    exit_code: int | None
-    signal_name: str | None
-    timed_out: bool
-    cancelled: bool
-    duration_s: float
-    pid: int
-    stdout_path: Path | None = None
-    stderr_path: Path | None = None
-    stdout_bytes: int = 0
-    stderr_bytes: int = 0
-    stdout_cut: int = 0
-    stderr_cut: int = 0
-    killed_pids: list[int] = field(default_factory=list)
-    log_errors: list[str] = field(default_factory=list)
-
-    @property
-    def status(self) -> str:
-        if self.cancelled:
-            return "cancelled"
-        if self.timed_out:
-            return "timeout"
-        return "finished"
-
-    def describe_exit(self) -> str:
-        if self.timed_out:
-            return f"killed after the timeout ({self.duration_s:.1f}s)"
-        if self.cancelled:
-            return "cancelled; the process group was killed"
-        if self.signal_name:
-            return f"killed by {self.signal_name}"
-        return f"exit code {self.exit_code}"
 
 
 def signal_name(returncode: int | None) -> str | None:
