@@ -486,10 +486,10 @@ TRITON_FX = '''class <lambda>(torch.nn.Module):
 
 
 def test_triton_output_code_and_a_frame_in_a_kernel_module(tmp_path):
+    from pt2_bug_basher.analysis.output_code import parse_output_code
     from pt2_bug_basher.artifacts.graphs import load_graph
     from pt2_bug_basher.artifacts.index import walk
     from pt2_bug_basher.artifacts.locate import locate_failure
-    from pt2_bug_basher.artifacts.output_code import parse_output_code
 
     stamp = tmp_path / "20260101-000000-abcdef"
     graph_dir = stamp / "torch_compile_debug" / "run_1-pid_1" / "torchinductor" / "model__3_inference_5.0"
@@ -660,7 +660,7 @@ def test_a_wrong_result_from_before_inductor_sends_to_the_graph_not_the_kernel()
 def test_a_long_kernels_excerpt_keeps_its_head_and_the_lines_up_to_the_focused_store():
     """A reduction's accumulator is initialised at the kernel's top and stored at its end: a bug in the initial
     value (a min's identity) must stay in the excerpt when the kernel is too long to show whole."""
-    from pt2_bug_basher.artifacts.output_code import Kernel
+    from pt2_bug_basher.analysis.output_code import Kernel
 
     loop = [f"            auto tmp{i} = in_ptr0[static_cast<int64_t>(x1 + 8L*x0)] + {i};" for i in range(60)]
     body = "\n".join([

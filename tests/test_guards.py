@@ -16,9 +16,9 @@ from torch_checkout import TorchCheckout, build_torch_checkout, installed_torch
 from pt2_bug_basher.analysis.guards import logs_recompiles, summarise_guards
 from pt2_bug_basher.analysis.torch_logs import parse_logs
 from pt2_bug_basher.case.config import ServerConfig
+from pt2_bug_basher.execution.dynamo_guards import BUILDER, GUARDS, suspects_for
 from pt2_bug_basher.mcp_server.calls import parse_call
 from pt2_bug_basher.mcp_server.server import create_server
-from pt2_bug_basher.reduce.dynamo_guards import BUILDER, GUARDS, suspects_for
 
 LOGS = Path(__file__).resolve().parent / "data" / "logs"
 RECIPE = PLANTED["dynamo_guard"]

@@ -36,7 +36,6 @@ from mcp import Client
 from torch_checkout import add_test, git, make_mini_repo
 
 from pt2_bug_basher.case.config import ServerConfig
-from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.case.store import Store, new_id
 from pt2_bug_basher.case.workflow import TOOL_REQUIRES
 from pt2_bug_basher.domain.evidence import (
@@ -49,6 +48,7 @@ from pt2_bug_basher.domain.evidence import (
 )
 from pt2_bug_basher.domain.names import Step, ToolName
 from pt2_bug_basher.execution.gitstate import tree_hash
+from pt2_bug_basher.execution.state import AppState
 from pt2_bug_basher.mcp_server.server import create_server
 from pt2_bug_basher.steps.environment import start_case
 

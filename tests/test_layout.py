@@ -1,4 +1,5 @@
-"""The package's layout holds: one step function module per step, thin tool adapters, no import cycles."""
+"""The package's layout holds: one step function module per step, thin tool adapters, no import cycles, and
+no import that runs up the layers."""
 
 from __future__ import annotations
 
@@ -11,6 +12,19 @@ PACKAGE = REPO_ROOT / "server" / "pt2_bug_basher"
 STEP_MODULES = {"environment", "reproduce", "logs", "classify", "localize", "reduce", "register_test",
                 "main_check", "artifacts", "verify", "review", "celebrate"}
 MAX_ADAPTER_LINES = 50
+# The layers, lowest first: a module imports only from its own rank or below (function-level imports too).
+LAYER_RANK = {
+    "pt2_bug_basher": 0,  # the package root: __version__ alone
+    "domain": 0,  # values, names, errors, the calls' grammar: no I/O
+    "playbooks": 1, "content": 1,  # the method's tables and the skill's text, as data
+    "case": 2,  # the case store, paths, workflow gates
+    "analysis": 3,  # parsers and judges of what runs printed: reads files, runs nothing
+    "execution": 4,  # processes, git, worktrees, the warm interpreter, the server's state
+    "artifacts": 5, "reduce": 6, "report": 7,
+    "steps": 8,  # one function per step of the method
+    "mcp_server": 9, "cli": 9,  # the two adapters over the steps, side by side (`serve` starts the MCP server)
+    "docsync": 10, "__main__": 10,
+}
 
 
 def _module_name(path: Path) -> str:
@@ -82,6 +96,26 @@ def test_no_import_cycle_in_the_package():
     graph = import_graph()
     assert "pt2_bug_basher.steps.reproduce" in graph
     assert cycles(graph) == []
+
+
+def layer_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def upward_imports(graph: dict[str, set[str]], rank: dict[str, int]) -> list[tuple[str, str]]:
+    return sorted((a, b) for a, deps in graph.items() for b in deps if rank[layer_of(b)] > rank[layer_of(a)])
+
+
+def test_the_upward_import_finder_finds_one():
+    graph = {"p.low.x": {"p.high.y"}, "p.high.y": {"p.low.x"}, "p.low.z": set()}
+    assert upward_imports(graph, {"low": 0, "high": 1}) == [("p.low.x", "p.high.y")]
+
+
+def test_every_layer_has_a_rank_and_no_import_runs_up():
+    graph = import_graph()
+    assert {layer_of(m) for m in graph} <= set(LAYER_RANK), {layer_of(m) for m in graph} - set(LAYER_RANK)
+    assert upward_imports(graph, LAYER_RANK) == []
 
 
 def test_one_step_module_per_step_and_a_light_steps_package():

@@ -152,7 +152,7 @@ async def test_celebrate_summary_is_paste_ready_and_fits_a_cpu_dynamo_case(mini:
 
 def test_a_new_test_file_is_part_of_the_change_and_other_untracked_files_are_not():
     # the second user-agent journal: the summary's change list left out the new, untracked test file
-    from pt2_bug_basher.analysis.review import FileStat
+    from pt2_bug_basher.execution.review import FileStat
     from pt2_bug_basher.steps.celebrate import CelebrateResult, TestOutcomeLine, _markdown
 
     node = "test/test_decomp.py::DecompOneOffTests::test_hardsigmoid"

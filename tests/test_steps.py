@@ -11,11 +11,11 @@ import pytest
 
 from pt2_bug_basher.analysis.verdict import tail_lines
 from pt2_bug_basher.case.config import ServerConfig
-from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.domain.errors import InvalidInput
 from pt2_bug_basher.domain.evidence import EnvironmentEvidence, ReproduceEvidence
 from pt2_bug_basher.domain.names import Step
 from pt2_bug_basher.execution.cpus import parallel_runs, usable_cpus, xdist_workers
+from pt2_bug_basher.execution.state import AppState
 from pt2_bug_basher.execution.tlparse import compile_entries, read_compile_directory
 from pt2_bug_basher.steps import classify, environment, reproduce
 

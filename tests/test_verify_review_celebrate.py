@@ -15,7 +15,7 @@ from conftest_checkout import LARGE_TEST, VALID_TEST_FILE, Mini, seed_test
 from mcp import Client
 from torch_checkout import add_test, fix_mini_bug, git
 
-from pt2_bug_basher.analysis import review
+from pt2_bug_basher.execution import review
 from pt2_bug_basher.execution.pytest import nearby, results
 from pt2_bug_basher.execution.pytest.session import PLUGIN, PLUGIN_DIR
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-from pt2_bug_basher.artifacts.output_code import Kernel, OutputCode, handle_above
+from pt2_bug_basher.analysis.output_code import Kernel, OutputCode, handle_above
 
 # Wrapper helpers that view a buffer, and those that allocate or check one: no computation.
 _ALIASES = ("reinterpret_tensor", "as_strided")

@@ -45,7 +45,7 @@ from pt2_bug_basher.domain.errors import InvalidInput
 from pt2_bug_basher.playbooks import LAYER_PRESETS, PLAYBOOKS
 
 if TYPE_CHECKING:
-    from pt2_bug_basher.artifacts.output_code import OutputCode
+    from pt2_bug_basher.analysis.output_code import OutputCode
 
 # --------------------------------------------------------------------------------------------
 # Presets and validation
@@ -661,7 +661,7 @@ _WRITES_OUTPUT, _FEEDS_OUTPUT, _OTHER = 0, 1, 2
 def _output_ranks(code: OutputCode, item: int | None) -> dict[str, int]:
     """Kernel name -> rank: the writers of graph output `item` (every output when None or out of range) first,
     then the kernels that write what those read."""
-    from pt2_bug_basher.artifacts.dataflow import data_flow
+    from pt2_bug_basher.analysis.dataflow import data_flow
 
     flow = data_flow(code)
     if flow is None or not flow.outputs:
@@ -686,7 +686,7 @@ def logged_kernels(text: str, max_chars: int = MAX_KERNELS_CHARS) -> tuple[list[
     output otherwise), then those feeding them, then the rest in the order they were generated; and the names of
     those left out for room."""
     from pt2_bug_basher.analysis.failure import mismatched_item
-    from pt2_bug_basher.artifacts.output_code import parse_output_code
+    from pt2_bug_basher.analysis.output_code import parse_output_code
 
     modules = [(compile_id, parse_output_code(module)) for compile_id, module in logged_output_code(text)]
     item = mismatched_item(text) if len(modules) == 1 else None

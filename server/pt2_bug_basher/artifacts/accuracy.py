@@ -2,7 +2,7 @@
 
 A wrong result raises in the user's comparison, far from the kernel that computed it, so no traceback
 frame points at generated code. What the artifacts do tell: which wrapper call writes each buffer the
-graph returns (artifacts.dataflow), the ops each kernel fuses (provenance tracking, the source-node
+graph returns (analysis.dataflow), the ops each kernel fuses (provenance tracking, the source-node
 comments, the post-grad FX graph), and the kernel's code.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from pt2_bug_basher.artifacts.dataflow import Call, DataFlow, data_flow
+from pt2_bug_basher.analysis.dataflow import Call, DataFlow, data_flow
 from pt2_bug_basher.artifacts.graphs import Graph
 from pt2_bug_basher.artifacts.index import artifact_uri, page_of_line
 

@@ -10,9 +10,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from pt2_bug_basher.analysis.output_code import Kernel, OutputCode, parse_output_code
 from pt2_bug_basher.artifacts.fx_graph import FxGraphStats, parse_fx_graph
 from pt2_bug_basher.artifacts.index import BINARY_SUFFIXES, artifact_uri, read_text
-from pt2_bug_basher.artifacts.output_code import Kernel, OutputCode, parse_output_code
 
 # Caps that keep a tool result within a few KB; index.json holds everything.
 MAX_OPS_SHOWN = 10

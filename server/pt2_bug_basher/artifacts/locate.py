@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, Field
 
 from pt2_bug_basher.analysis.failure import mismatched_item
+from pt2_bug_basher.analysis.output_code import Kernel
 from pt2_bug_basher.artifacts.accuracy import NAMED_ITEM, OutputKernel, output_kernels
 from pt2_bug_basher.artifacts.graphs import Graph
 from pt2_bug_basher.artifacts.index import CACHE_DIR_NAME, artifact_uri, page_of_line, read_text
-from pt2_bug_basher.artifacts.output_code import Kernel
 
 if TYPE_CHECKING:
     from pt2_bug_basher.analysis.failure import Frame

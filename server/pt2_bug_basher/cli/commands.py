@@ -17,9 +17,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from pt2_bug_basher.case.config import ServerConfig
-from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.domain.errors import BugBasherError, InvalidInput
 from pt2_bug_basher.domain.names import Step
+from pt2_bug_basher.execution.state import AppState
 
 BY_HAND = "collected by hand from the command line (pt2-bug-basher artifacts) before a test was registered"
 

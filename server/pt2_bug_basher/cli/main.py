@@ -239,8 +239,8 @@ def _report(args: argparse.Namespace) -> int:
 def _cases(args: argparse.Namespace) -> int:
     import time
 
-    from pt2_bug_basher.case.state import AppState
     from pt2_bug_basher.case.store import Store
+    from pt2_bug_basher.execution.state import AppState
 
     config = _config(args)
     if not (config.state_dir / "cases.sqlite3").is_file():

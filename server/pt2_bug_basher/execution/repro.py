@@ -246,7 +246,7 @@ async def run_repro(
         result.dynamo = summarise_guards(first.stderr, recompiles_logged=logs_recompiles(logs_spec) or None,
                                          run_id=first.result.run_id, logs=logs_spec)
         if result.dynamo.flags and not result.suspects:  # as localize names them from the same flags
-            from pt2_bug_basher.reduce.dynamo_guards import suspects_for
+            from pt2_bug_basher.execution.dynamo_guards import suspects_for
 
             torch_file = (case.env.get("torch") or {}).get("file")
             result.suspects = suspects_for(result.dynamo.flags, Path(torch_file).parent if torch_file else None)

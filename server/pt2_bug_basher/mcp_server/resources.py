@@ -15,9 +15,9 @@ from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
 from pt2_bug_basher.analysis.torch_logs import NAMES_URI, log_names
 from pt2_bug_basher.artifacts.index import resolve_artifact
 from pt2_bug_basher.case.pages import read_page
-from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.content import skill_text
 from pt2_bug_basher.domain.errors import BugBasherError, NotFound
+from pt2_bug_basher.execution.state import AppState
 from pt2_bug_basher.reduce.minify import minified_file
 
 

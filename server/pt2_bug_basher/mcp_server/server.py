@@ -15,11 +15,11 @@ from mcp.server import MCPServer
 
 from pt2_bug_basher import __version__
 from pt2_bug_basher.case.config import ServerConfig
-from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.case.workflow import STEPS, StepSpec
 from pt2_bug_basher.content import category_playbook, prompt_file, skill_body
 from pt2_bug_basher.domain.errors import NotFound
 from pt2_bug_basher.domain.names import ToolName
+from pt2_bug_basher.execution.state import AppState
 from pt2_bug_basher.mcp_server.resources import register_resources
 from pt2_bug_basher.mcp_server.tools import registered_modules
 

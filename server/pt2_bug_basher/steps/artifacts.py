@@ -9,7 +9,6 @@ from pt2_bug_basher.artifacts.accuracy import NAMED_ITEM
 from pt2_bug_basher.artifacts.collect import CollectArtifactsResult, Target, carried_env, collect
 from pt2_bug_basher.artifacts.locate import FailureLocation
 from pt2_bug_basher.case.scripts import copy_note
-from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.case.store import CaseRecord
 from pt2_bug_basher.domain.calls import format_call
 from pt2_bug_basher.domain.errors import InvalidInput
@@ -17,6 +16,7 @@ from pt2_bug_basher.domain.evidence import ArtifactsEvidence, LogsEvidence, Repr
 from pt2_bug_basher.domain.names import Step, ToolName
 from pt2_bug_basher.execution.repro import check_args
 from pt2_bug_basher.execution.runs import ProgressFn, check_env_additions, check_timeout
+from pt2_bug_basher.execution.state import AppState
 from pt2_bug_basher.playbooks import blind_spot, layer_of, present_in
 from pt2_bug_basher.steps.reproduce import localized_layer
 

@@ -12,8 +12,6 @@ import anyio
 from pydantic import BaseModel, Field
 
 from pt2_bug_basher.analysis.failure_text import summarise_failure
-from pt2_bug_basher.analysis.review import FileStat, is_test_path, not_committed_note
-from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.case.workflow import Waiver, Workflow
 from pt2_bug_basher.domain.calls import format_call
 from pt2_bug_basher.domain.errors import InvalidInput
@@ -29,6 +27,8 @@ from pt2_bug_basher.domain.evidence import (
 )
 from pt2_bug_basher.domain.names import Step, ToolName
 from pt2_bug_basher.execution.gitstate import still_untracked, uncommitted_files
+from pt2_bug_basher.execution.review import FileStat, is_test_path, not_committed_note
+from pt2_bug_basher.execution.state import AppState
 from pt2_bug_basher.playbooks import EXPORT
 
 ROTATION_KEY = "celebrations:recent"

@@ -13,13 +13,13 @@ from pydantic import BaseModel, Field
 from pt2_bug_basher.analysis.failure import Frame, own_backend_frame, parse, triton_outside_torch
 from pt2_bug_basher.analysis.learned import TOKEN_PATTERN, similar_reports
 from pt2_bug_basher.analysis.suspects import exception_suspects
-from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.case.workflow import CaseStatus, Workflow
 from pt2_bug_basher.domain.calls import format_call
 from pt2_bug_basher.domain.errors import InvalidInput
 from pt2_bug_basher.domain.evidence import ClassifyEvidence, EvidenceLineRecord, ReproduceEvidence, Suspect
 from pt2_bug_basher.domain.names import CLOSED, Step, ToolName
 from pt2_bug_basher.execution.environment import interpreter_of_frames
+from pt2_bug_basher.execution.state import AppState
 from pt2_bug_basher.playbooks import (
     PLAYBOOKS,
     CategoryGuide,

@@ -11,7 +11,6 @@ from pydantic import BaseModel, Field
 
 from pt2_bug_basher.analysis.torch_logs import NAMES_URI
 from pt2_bug_basher.case.paths import confine
-from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.case.store import Store
 from pt2_bug_basher.domain.calls import format_call
 from pt2_bug_basher.domain.errors import InvalidInput
@@ -27,6 +26,7 @@ from pt2_bug_basher.execution.environment import (
     resolve_interpreter,
 )
 from pt2_bug_basher.execution.runs import ProgressFn, ignore_progress
+from pt2_bug_basher.execution.state import AppState
 
 
 class EnvironmentChoice(BaseModel):

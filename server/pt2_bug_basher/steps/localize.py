@@ -22,13 +22,13 @@ from pt2_bug_basher.analysis.suspects import (
 )
 from pt2_bug_basher.case.pages import read_tail
 from pt2_bug_basher.case.scripts import copy_note
-from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.domain.bisection import BisectReport
 from pt2_bug_basher.domain.evidence import Suspect
 from pt2_bug_basher.domain.names import CLOSED, Step, ToolName
 from pt2_bug_basher.execution.cpus import usable_cpus
 from pt2_bug_basher.execution.gitstate import RecentChange
 from pt2_bug_basher.execution.runs import ProgressFn, ignore_progress
+from pt2_bug_basher.execution.state import AppState
 from pt2_bug_basher.reduce.bisect import (
     BISECTABLE_BACKENDS,
     DEFAULT_BUDGET_S,

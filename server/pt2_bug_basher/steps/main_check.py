@@ -8,7 +8,6 @@ import anyio
 from pydantic import BaseModel, Field
 
 from pt2_bug_basher.analysis.compare import Failure, on_other_ref, same_failure
-from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.case.store import CaseRecord
 from pt2_bug_basher.domain.calls import format_call
 from pt2_bug_basher.domain.digest import python_source_digest
@@ -19,6 +18,7 @@ from pt2_bug_basher.execution import warm
 from pt2_bug_basher.execution.pytest.results import FailureInfo, analyse
 from pt2_bug_basher.execution.pytest.session import run_pytest
 from pt2_bug_basher.execution.runs import ProgressFn, check_timeout, execute
+from pt2_bug_basher.execution.state import AppState
 from pt2_bug_basher.execution.warm import WarmRequest
 from pt2_bug_basher.steps._registered import qualified_name, registered_test
 

@@ -12,7 +12,6 @@ from pathlib import Path
 
 from pt2_bug_basher.analysis.compare import Failure, same_failure, script_on_other_ref
 from pt2_bug_basher.analysis.failure import normalise_message
-from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.case.workflow import SPEC, Workflow
 from pt2_bug_basher.domain.calls import format_call
 from pt2_bug_basher.domain.errors import InvalidInput, NotFound
@@ -22,6 +21,7 @@ from pt2_bug_basher.execution import worktrees
 from pt2_bug_basher.execution.pytest.session import pythonpath_with
 from pt2_bug_basher.execution.repro import OnMain, RunWithLogsResult, run_repro
 from pt2_bug_basher.execution.runs import ProgressFn
+from pt2_bug_basher.execution.state import AppState
 from pt2_bug_basher.steps.logs import LogsRequest
 
 

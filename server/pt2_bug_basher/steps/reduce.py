@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from pt2_bug_basher.case.scripts import copy_note
-from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.domain.names import ToolName
 from pt2_bug_basher.execution.pytest.static_checks import test_file_hint
 from pt2_bug_basher.execution.runs import ProgressFn, ignore_progress
+from pt2_bug_basher.execution.state import AppState
 from pt2_bug_basher.playbooks import layer_of
 from pt2_bug_basher.reduce.ladder import load_reference
 from pt2_bug_basher.reduce.minify import MinifyResult, check_budget, check_mode, run_minify

@@ -8,7 +8,6 @@ import anyio
 from pydantic import BaseModel, Field
 
 from pt2_bug_basher.analysis.compare import Failure, Oracle, new_test
-from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.case.workflow import Workflow
 from pt2_bug_basher.domain.calls import format_call
 from pt2_bug_basher.domain.errors import InvalidInput
@@ -18,6 +17,7 @@ from pt2_bug_basher.execution.pytest import session, static_checks
 from pt2_bug_basher.execution.pytest.results import FailureInfo, analyse
 from pt2_bug_basher.execution.pytest.static_checks import StaticCheck
 from pt2_bug_basher.execution.runs import ProgressFn, check_timeout
+from pt2_bug_basher.execution.state import AppState
 from pt2_bug_basher.playbooks import layer_of
 
 

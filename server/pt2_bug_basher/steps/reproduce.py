@@ -8,7 +8,6 @@ import anyio
 
 from pt2_bug_basher.analysis.verdict import USER_ERROR_ADVICE, RunOutcome
 from pt2_bug_basher.case.scripts import CaseScript, copy_note
-from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.case.store import CaseRecord, RunRecord, Store
 from pt2_bug_basher.case.workflow import CaseStatus
 from pt2_bug_basher.domain.calls import format_call
@@ -25,6 +24,7 @@ from pt2_bug_basher.execution.repro import (
     script_digest,
 )
 from pt2_bug_basher.execution.runs import ProgressFn, check_env_additions, check_timeout
+from pt2_bug_basher.execution.state import AppState
 from pt2_bug_basher.playbooks import layer_of
 from pt2_bug_basher.steps import logs as logs_step
 from pt2_bug_basher.steps.on_main import run_on_main

@@ -8,8 +8,6 @@ from pathlib import Path
 import anyio
 from pydantic import BaseModel, Field
 
-from pt2_bug_basher.analysis.review import FileStat, Finding, not_committed_note
-from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.case.workflow import Workflow
 from pt2_bug_basher.domain.calls import format_call
 from pt2_bug_basher.domain.evidence import (
@@ -22,6 +20,8 @@ from pt2_bug_basher.domain.evidence import (
 from pt2_bug_basher.domain.names import Step, ToolName
 from pt2_bug_basher.execution.gitstate import uncommitted_files
 from pt2_bug_basher.execution.lint import LintReport, lint_changed_lines
+from pt2_bug_basher.execution.review import FileStat, Finding, not_committed_note
+from pt2_bug_basher.execution.state import AppState
 from pt2_bug_basher.steps._registered import registered_test
 
 MAX_DIFF_CHARS = 12000
@@ -51,7 +51,7 @@ class ReviewResult(BaseModel):
 
 async def review_changes(state: AppState, case_id: str) -> ReviewResult:
     """Diff the tree against main, check it, and record the review (complete when nothing blocks)."""
-    from pt2_bug_basher.analysis import review
+    from pt2_bug_basher.execution import review
 
     flow = await state.gate(ToolName.review_changes, case_id)
     case = flow.case

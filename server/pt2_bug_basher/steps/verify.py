@@ -9,7 +9,6 @@ import anyio
 from pydantic import BaseModel, Field, PrivateAttr
 
 from pt2_bug_basher.case.paths import confine
-from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.case.store import CaseRecord
 from pt2_bug_basher.case.workflow import Workflow
 from pt2_bug_basher.domain.calls import format_call
@@ -33,6 +32,7 @@ from pt2_bug_basher.execution.pytest import session
 from pt2_bug_basher.execution.pytest.nearby import NearbyTest
 from pt2_bug_basher.execution.pytest.results import FailureInfo, PytestReport, analyse
 from pt2_bug_basher.execution.runs import ProgressFn, check_timeout
+from pt2_bug_basher.execution.state import AppState
 from pt2_bug_basher.execution.sweep import SampleResult, SweepComparison, SweepRun
 from pt2_bug_basher.steps._registered import qualified_name, registered_test
 
@@ -232,7 +232,7 @@ async def _nearby(state: AppState, flow: Workflow, repo: Path, registered: TestE
     method = registered.method or registered.test_name.split(".")[-1]
 
     def plan() -> tuple[list[str], list[str], list[str]]:
-        from pt2_bug_basher.analysis import review
+        from pt2_bug_basher.execution import review
         from pt2_bug_basher.execution.pytest.static_checks import suggest_test_files
         from pt2_bug_basher.playbooks import layer_of
 

@@ -10,8 +10,8 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.resolve import Resolve
 from pydantic import Field
 
-from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.domain.names import ToolName
+from pt2_bug_basher.execution.state import AppState
 from pt2_bug_basher.mcp_server.elicitation import answered, ask_for_environment
 from pt2_bug_basher.mcp_server.tools._base import RECORDS, progress_reporter, tool_errors
 from pt2_bug_basher.steps import environment

@@ -7,10 +7,10 @@ from typing import Annotated
 from mcp.server import MCPServer
 from pydantic import BaseModel, Field
 
-from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.case.workflow import CaseStatus
 from pt2_bug_basher.content import skill_body
 from pt2_bug_basher.domain.names import ToolName
+from pt2_bug_basher.execution.state import AppState
 from pt2_bug_basher.mcp_server.tools._base import READ_ONLY, tool_errors
 
 

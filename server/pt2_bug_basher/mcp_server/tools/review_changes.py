@@ -7,8 +7,8 @@ from typing import Annotated
 from mcp.server import MCPServer
 from pydantic import Field
 
-from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.domain.names import ToolName
+from pt2_bug_basher.execution.state import AppState
 from pt2_bug_basher.mcp_server.tools._base import RECORDS, tool_errors
 from pt2_bug_basher.steps import review
 from pt2_bug_basher.steps.review import ReviewResult

@@ -8,9 +8,9 @@ from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from pydantic import Field
 
-from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.domain.names import ToolName
 from pt2_bug_basher.execution.runs import MAX_TIMEOUT_S
+from pt2_bug_basher.execution.state import AppState
 from pt2_bug_basher.mcp_server.tools._base import RUNS_CODE, progress_reporter, tool_errors
 from pt2_bug_basher.steps import verify
 from pt2_bug_basher.steps.verify import RunTestsResult

@@ -8,9 +8,9 @@ from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from pydantic import Field
 
-from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.domain.names import ToolName
 from pt2_bug_basher.execution.repro import MAX_REPEAT, RunWithLogsResult
+from pt2_bug_basher.execution.state import AppState
 from pt2_bug_basher.mcp_server.tools import _base as base
 from pt2_bug_basher.steps import reproduce
 

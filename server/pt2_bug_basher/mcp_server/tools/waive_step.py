@@ -7,9 +7,9 @@ from typing import Annotated
 from mcp.server import MCPServer
 from pydantic import BaseModel, Field
 
-from pt2_bug_basher.case.state import AppState
 from pt2_bug_basher.case.workflow import Waiver, waive
 from pt2_bug_basher.domain.names import Step, ToolName
+from pt2_bug_basher.execution.state import AppState
 from pt2_bug_basher.mcp_server.tools._base import RECORDS, tool_errors
 
 
