@@ -16,6 +16,7 @@ from pt2_bug_basher.analysis import fallback
 from pt2_bug_basher.analysis.classify import (
     CATEGORIES,
     MESSAGE_RULES,
+    REFINEMENTS,
     Classification,
     _fallback_frame_kind,
     classify,
@@ -1213,3 +1214,16 @@ def test_each_message_rule_places_its_example(row) -> None:
     assert got.category == row.category, (row.rule, got.category, got.evidence)
     assert row.rule in [e.rule for e in got.evidence], (row.rule, got.evidence)
     assert row.types is None or row.example.split(":", 1)[0] in row.types
+
+
+@pytest.mark.parametrize("row", REFINEMENTS, ids=lambda row: row.rule)
+def test_each_refinement_moves_its_example(row) -> None:
+    """Adding a refinement is one row and its example: the type rule places the example in `placed`, the row
+    moves it to its category."""
+    text = ("Traceback (most recent call last):\n  File \"/work/repro.py\", line 9, in <module>\n    f(x)\n"
+            f"{row.example}\n")
+    got = classify(text, exit_code=1)
+    assert got.category == row.category, (row.rule, got.category, got.evidence)
+    assert row.rule in [e.rule for e in got.evidence], (row.rule, got.evidence)
+    short = row.example.split(":", 1)[0].rsplit(".", 1)[-1]
+    assert row.type in (None, short)

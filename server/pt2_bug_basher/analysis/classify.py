@@ -362,7 +362,7 @@ _SIZE_STRIDE_MSG = re.compile(r"^expected size \S+==\S+, stride \S+==\S+ at dim=
 _SYMBOLIC_MSG = re.compile(r"\bSym(?:Int|Float|Bool)\b|symbolic (?:sizes|strides|shapes?)\b")
 # a fake-tensor run's header alone (`Failed running call_function f(*(FakeTensor(..., size=(s0,)),), **{}):`)
 # whose arguments carry symbolic sizes
-_FAKE_RUN_HEADER_ONLY = re.compile(r"Failed running call_\w+ .*size=\([^)]*\b[su]\d+.*\):$")
+_FAKE_RUN_HEADER_ONLY = re.compile(r"^Failed running call_\w+ .*size=\([^)]*\b[su]\d+.*\):$")
 _STANCE_MSG = re.compile(r"Detected recompile when torch\.compile stance is")
 _COMPARE_CODE = re.compile(r"allclose|assert_close|assert_equal|\bequal\(|isclose|\b(?:eager|compiled?|opt|ref|"
                            r"expected|actual)\w*\b.{0,80}(?:==|!=|<|>|-)|(?:==|!=|<|>|-).{0,80}\b(?:eager|compiled?|"
@@ -499,6 +499,36 @@ class MessageRule:
     head: int | None = None
 
 
+@dataclass(frozen=True)
+class Refinement:
+    """An exception a type rule placed in `placed`, moved to `category` when its short type is `type` (None: any)
+    and `pattern` occurs in its message; the first row that matches applies."""
+
+    rule: str
+    placed: Category
+    type: str | None
+    pattern: re.Pattern[str]
+    category: Category
+    weight: float
+    example: str
+    """the exception line of a failure the row moves (the parametrized test classifies it)"""
+
+
+REFINEMENTS: tuple[Refinement, ...] = (
+    Refinement("exception:internal_assert_in_fake_run", "unknown", "TorchRuntimeError", _INTERNAL_ASSERT_MSG,
+               "dynamo_internal", 5.0, "torch._dynamo.exc.TorchRuntimeError: Failed running call_function "
+               "aten.add(*(FakeTensor(..., size=(3,)),), **{}): INTERNAL ASSERT FAILED at aten/src/ATen/core.cpp"),
+    Refinement("exception:symbolic_in_fake_run", "unknown", "TorchRuntimeError", _SYMBOLIC_MSG, "dynamic_shapes", 7.0,
+               "torch._dynamo.exc.TorchRuntimeError: Failed running call_function f(*(FakeTensor(..., size=(s0,)),)"
+               ", **{}): Cannot call sizes() on tensor with symbolic sizes/strides"),
+    # the reason is cut off: only the op and its fake arguments are left, and their sizes are symbolic
+    Refinement("exception:fake_run_with_symbolic_sizes", "unknown", "TorchRuntimeError", _FAKE_RUN_HEADER_ONLY,
+               "dynamic_shapes", 6.5, "torch._dynamo.exc.TorchRuntimeError: Failed running call_function "
+               "<built-in function mul>(*(FakeTensor(..., size=(s0, 4)), 2), **{}):"),
+    Refinement("exception:recompile_limit", "graph_break", None, _RECOMPILE_MSG, "recompile", 6.0,
+               "torch._dynamo.exc.Unsupported: hit config.recompile_limit (8)"),
+)
+
 CUDA_RULE = "exception:cuda_error"  # refined below when Triton's frames or name show
 _ASSERTION = frozenset({"AssertionError"})
 _GENERIC = frozenset(_GENERIC_TYPES)
@@ -575,15 +605,10 @@ def _structural(p: ParsedFailure, hits: list[_Hit], text: str = "") -> dict:
             if cat == "backend_compiler_failed":
                 add("backend_compiler_failed", 3.0, rule, fe.line_no, fe.line)
             cat, weight, rule = "triton", 6.0, "exception:triton"
-        if cat == "unknown" and final_short == "TorchRuntimeError" and _INTERNAL_ASSERT_MSG.search(msg):
-            cat, weight, rule = "dynamo_internal", 5.0, "exception:internal_assert_in_fake_run"
-        elif cat == "unknown" and final_short == "TorchRuntimeError" and _SYMBOLIC_MSG.search(msg):
-            cat, weight, rule = "dynamic_shapes", 7.0, "exception:symbolic_in_fake_run"
-        elif cat == "unknown" and final_short == "TorchRuntimeError" and _FAKE_RUN_HEADER_ONLY.match(msg.strip()):
-            # the reason is cut off: only the op and its fake arguments are left, and their sizes are symbolic
-            cat, weight, rule = "dynamic_shapes", 6.5, "exception:fake_run_with_symbolic_sizes"
-        if cat == "graph_break" and _RECOMPILE_MSG.search(msg):
-            cat, weight, rule = "recompile", 6.0, "exception:recompile_limit"
+        refined = next((r for r in REFINEMENTS if r.placed == cat and r.type in (None, final_short)
+                        and r.pattern.search(msg.strip())), None)
+        if refined is not None:
+            cat, weight, rule = refined.category, refined.weight, refined.rule
         placed = None if cat is not None else next(
             (r for r in MESSAGE_RULES if (r.types is None or final_short in r.types)
              and r.pattern.search(msg if r.head is None else msg[:r.head])), None)
