@@ -7,6 +7,7 @@ from pt2_bug_basher.analysis.compare import (
     RERUN,
     RERUN_OR_ACCURACY,
     Failure,
+    Raiser,
     new_test,
     on_other_ref,
     same_failure,
@@ -41,6 +42,21 @@ def test_reruns_of_soft_and_accuracy_failures():
     repro = Failure(category="accuracy", exception_type="AccuracyError", message="Bad accuracy", signature="r")
     assert same_failure(repro, script, RERUN).level is None
     assert same_failure(repro, script, RERUN_OR_ACCURACY).level == "category"
+
+
+def test_the_scripts_own_assertion_matches_when_only_the_values_it_prints_differ():
+    # a variant without one statement of the repro: the same check fails, showing other dict contents
+    mine = Raiser(file="/work/train_step.py", in_torch=False, generated=False)
+    wanted = Failure(category="accuracy", exception_type="AssertionError", signature="a", raised_by=mine,
+                     message="state after the compiled step: {'scale': 2.0, 'calls': 1}")
+    seen = wanted.model_copy(update={"message": "state after the compiled step: {'scale': 2.0}", "signature": "b",
+                                     "category": "unknown"})
+    assert same_failure(seen, wanted, RERUN).level == "assertion"
+    other_check = seen.model_copy(update={"message": "calls after the compiled step: {'calls': 2}"})
+    assert same_failure(other_check, wanted, RERUN).level is None
+    in_torch = seen.model_copy(update={"raised_by": Raiser(file="/x/torch/_dynamo/utils.py", in_torch=True,
+                                                            generated=False)})
+    assert same_failure(in_torch, wanted, RERUN).level is None
 
 
 def test_a_new_test_against_the_reproduction():

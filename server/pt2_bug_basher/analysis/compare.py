@@ -42,7 +42,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from pt2_bug_basher.analysis.failure import normalise_message, parse, raised_in
+from pt2_bug_basher.analysis.failure import normalise_message, normalise_numbers, parse, raised_in
 from pt2_bug_basher.domain.process import RunOutput
 
 # Exceptions that say a test itself is broken (typo, missing import) rather than hitting the bug.
@@ -287,7 +287,29 @@ def _rerun_exception(seen: Failure, wanted: Failure) -> Level | None:
                 and exception_key(None, wanted.message) == exception_key(None, seen.message):
             return "exception"
         return None
-    return "exception" if seen.exception_type and seen.key == wanted.key else None
+    if seen.exception_type and seen.key == wanted.key:
+        return "exception"
+    return "assertion" if _own_assert(seen) and _own_assert(wanted) and \
+        _data_free(seen.message) == _data_free(wanted.message) else None
+
+
+def _own_assert(failure: Failure) -> bool:
+    """An AssertionError the script raised itself (not torch, not generated code): its own check."""
+    raised = failure.raised_by
+    return short_type(failure.exception_type) == "AssertionError" and (
+        raised is None or not (raised.in_torch or raised.generated))
+
+
+_DATA_LITERAL = re.compile(r"\{[^{}]*\}|\[[^\[\]]*\]|\([^()]*\)")
+
+
+def _data_free(message: str | None) -> str:
+    """A script's own assertion message with the values it prints (numbers, dict, list and tuple reprs) left out:
+    the check is the same when only the values it shows differ."""
+    out = normalise_numbers(normalise_message((message or "").strip().split("\n", 1)[0]))
+    while (shorter := _DATA_LITERAL.sub("<data>", out)) != out:
+        out = shorter
+    return out
 
 
 def _untyped(failure: Failure) -> bool:
