@@ -345,6 +345,16 @@ def test_huge_single_line_and_nul_bytes() -> None:
     assert_valid(c, "\x00\x00\n\x00")
 
 
+def test_a_graph_compiled_at_its_return_is_no_graph_break() -> None:
+    compiled = ("V1206 06:39:41.162000 7414 torch/_dynamo/output_graph.py:1970] [0/0] COMPILING GRAPH due to "
+                "GraphCompileReason(reason='return_value', user_stack=[<FrameSummary file /w/step.py, line 7 in "
+                "step>], graph_break={})\n")
+    text = ("Traceback (most recent call last):\n  File \"/w/step.py\", line 14, in <module>\n"
+            "    assert 'scale' not in state\nAssertionError: state after the compiled step: {'scale': 2.0}\n")
+    assert classify(compiled.format("False") + text, 1).category != "graph_break"
+    assert classify(compiled.format("True") + text, 1).category == "graph_break"
+
+
 def test_killed_from_outside_is_weak_evidence() -> None:
     d = BY_ID["local-gb_fullgraph_print"]
     c = classify(d["text"], signal_name="SIGKILL")  # e.g. a timeout kill after the error

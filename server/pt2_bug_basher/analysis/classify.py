@@ -130,8 +130,9 @@ RULES: tuple[Rule, ...] = (
     # dynamo.explain()'s printed summary: `Graph Break Count: 1`, then `Break Reasons:`
     _r("explain_graph_break_count", "graph_break", 3.0, "Graph Break Count:", r"Graph Break Count: [1-9]"),
     _r("graph_breaks_log_tag", "graph_break", 2.0, ("[__graph_breaks]", ".__graph_breaks: [")),
+    # not `COMPILING GRAPH due to GraphCompileReason(..., graph_break=False)`: a compile at a return, no break
     _r("explain_break_reason", "graph_break", 2.5, "user_stack=[<FrameSummary",
-       r"reason='[^\n]{0,1000}?', user_stack=\[<FrameSummary"),
+       r"reason='[^\n]{0,1000}?', user_stack=\[<FrameSummary(?![^\n]*graph_break=False)"),
     # not a report of none (`No graph breaks detected.`), nor the CompileProfiler's header, printed in every report
     _r("graph_break_mention", "graph_break", 1.0, ("raph break", "raph-break", "RAPH BREAK"),
        r"(?i)^(?!.*\bno graph[ -]breaks?\b|\s*graph breaks happen when torchdynamo)(?=.*\bgraph[ -]breaks?\b)"),

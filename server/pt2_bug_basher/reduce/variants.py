@@ -13,7 +13,7 @@ import ast
 import copy
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -27,9 +27,10 @@ from pt2_bug_basher.case.store import CaseRecord, Store
 from pt2_bug_basher.execution.runs import ProgressFn, execute, with_spectrum
 from pt2_bug_basher.execution.warm import WarmRequest
 
-VariantKind = Literal["out_of_place", "no_requires_grad", "float64", "statement_removed"]
+VariantKind = Literal["out_of_place", "no_requires_grad", "float64", "statement_removed", "near_miss"]
 Outcome = Literal["same failure", "passes", "different failure", "timeout"]
-# the order variants are tried in (the budget cuts the tail): edits that keep the program's meaning first
+# the order generated variants are tried in (the budget cuts the tail): edits that keep the program's meaning first;
+# the agent's own near misses (`near_miss`) run before them all
 KIND_ORDER: tuple[VariantKind, ...] = ("no_requires_grad", "out_of_place", "float64", "statement_removed")
 FACTORIES = frozenset({"randn", "rand", "ones", "zeros", "full", "empty", "linspace", "arange", "tensor",
                        "randn_like", "rand_like", "ones_like", "zeros_like", "full_like", "empty_like"})
@@ -253,11 +254,15 @@ def read_spectrum(path: Path, run_id: str, failed: bool, label: str) -> Spectrum
 async def run_variants(
     store: Store, case: CaseRecord, ref_failure, ref_env: dict[str, str], ref_args: list[str], script: Path, *,
     launcher: Path, backend: str | None, timeout_s: float, limiter: anyio.CapacityLimiter, progress: ProgressFn,
-    budget_s: float = DEFAULT_BUDGET_S, limit: int = MAX_VARIANTS,
+    budget_s: float = DEFAULT_BUDGET_S, limit: int = MAX_VARIANTS, near_misses: Sequence[Path] = (),
+    generated: bool = True,
 ) -> list[VariantRun]:
     """Each variant run once (with `backend` forced through the launcher), with its spectrum, within the
-    limiter; once budget_s has passed, variants not yet started are not run."""
-    variants = generate(script.read_text(errors="replace"), limit)
+    limiter; once budget_s has passed, variants not yet started are not run. The agent's near misses (copies
+    of the repro it changed in one way) run first, whatever the budget; `generated`: the generated ones too."""
+    variants = [Variant(f"near_miss-{i}", "near_miss", f"`{path.name}`", 0, path.read_text(errors="replace"))
+                for i, path in enumerate(near_misses, 1)]
+    variants += generate(script.read_text(errors="replace"), limit) if generated else []
     if not variants:
         return []
     folder = store.case_dir(case.case_id) / "variants"
@@ -268,7 +273,7 @@ async def run_variants(
 
     async def one(index: int, variant: Variant) -> None:
         async with limiter:
-            if time.monotonic() > deadline and index >= MIN_VARIANTS:
+            if time.monotonic() > deadline and index >= MIN_VARIANTS + len(near_misses):
                 return
             path = folder / f"{script.stem}_{variant.id}.py"
             path.write_text(variant.source)
@@ -276,7 +281,7 @@ async def run_variants(
             argv = [case.python, str(launcher), *(["--backend", backend] if backend else []), "--", str(path),
                     *ref_args]
             result = await execute(store, case, with_spectrum(store, argv, out), tool="localize", cwd=script.parent,
-                                   env_add=ref_env, timeout_s=timeout_s if index < MIN_VARIANTS else
+                                   env_add=ref_env, timeout_s=timeout_s if index < MIN_VARIANTS + len(near_misses) else
                                    min(timeout_s, max(1.0, deadline - time.monotonic())),
                                    progress=progress, warm=WarmRequest(), label=f"localize variant {variant.id}")
         verdict = run_failure(result)
@@ -302,4 +307,4 @@ def circumstances(outcomes: list[VariantOutcome]) -> list[str]:
 
 
 PHRASE: dict[VariantKind, str] = {"out_of_place": "with ", "no_requires_grad": "when ", "float64": "when ",
-                                  "statement_removed": ""}
+                                  "statement_removed": "", "near_miss": "as your near miss "}

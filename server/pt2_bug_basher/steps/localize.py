@@ -4,6 +4,7 @@ below the failing backend, then suspects in torch's source."""
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +45,11 @@ from pt2_bug_basher.reduce.variants import DEFAULT_BUDGET_S as VARIANTS_BUDGET_S
 from pt2_bug_basher.reduce.variants import VariantRun, circumstances, run_variants
 
 SPECTRUM_FORMULA: Formula = "ochiai"
+NO_PASSING_RUN = ("Every run localize made failed the case's way (rungs and variants alike), so the spectra have "
+                  "no passing run to contrast and name no function. A near miss does: copy the repro, change one "
+                  "thing so that it passes (the same operation written another way, an input that is not mutated, "
+                  "one statement less) and pass the copies to localize as near_misses; their coverage then splits "
+                  "the lines every failing run ran.")
 VARIANTS_SHARE = 0.5
 VARIANTS_FLOOR_S = 2.0
 
@@ -51,6 +57,7 @@ VARIANTS_FLOOR_S = 2.0
 async def localize(
     state: AppState, case_id: str, script: str | None = None, *, bisect_budget_s: float = DEFAULT_BUDGET_S,
     progress: ProgressFn | None = None, variants_budget_s: float = VARIANTS_BUDGET_S,
+    near_misses: Sequence[str] = (),
 ) -> LocalizeResult:
     """Rerun the repro (default: the reproduction's script) at each rung of the backend ladder; below a
     failing AOTAutograd-decomposition or Inductor backend, bisect its subsystems (budget 0: skip). Where no
@@ -62,6 +69,7 @@ async def localize(
     ref = load_reference(state.store, case)
     chosen = state.case_script(case, script or str(ref.script))
     path = chosen.path
+    misses = [state.case_script(case, p, "near-miss script").path for p in near_misses]
     limiter = anyio.CapacityLimiter(usable_cpus())
     found: dict[str, BisectReport] = {}
     tables: dict[str, BisectorTable] = {}
@@ -108,16 +116,18 @@ async def localize(
     async def below(first: str | None) -> None:
         await bisect(first)
         report = found.get("report")
-        if report is not None and (report.culprit is not None or report.config is not None):
-            return  # the bisection isolated it
-        if ref.category != "accuracy" and exception_suspects(_reproduction_errors(state, ref)):
-            return  # raised inside torch: its frames say where
+        # generated variants only where nothing else says where: not when the bisection isolated the culprit,
+        # nor for an exception raised inside torch (its frames say where); the agent's near misses always run
+        isolated = report is not None and (report.culprit is not None or report.config is not None)
+        raised = ref.category != "accuracy" and bool(exception_suspects(_reproduction_errors(state, ref)))
+        generated = variants_budget_s > 0 and not isolated and not raised
         # the variants may take about half what localize took to get here, so its wall time grows by at most half
         budget = min(variants_budget_s, max(VARIANTS_FLOOR_S, VARIANTS_SHARE * (time.monotonic() - started)))
-        if variants_budget_s > 0:
+        if generated or misses:
             varied.extend(await run_variants(
                 state.store, case, ref.failure, ref.env, ref.args, path, launcher=LAUNCHER, backend=first,
-                timeout_s=run_timeout(ref), limiter=limiter, progress=progress, budget_s=budget))
+                timeout_s=run_timeout(ref), limiter=limiter, progress=progress, budget_s=budget,
+                near_misses=misses, generated=generated))
 
     async def bisect(first: str | None) -> None:
         if first in BISECTABLE_BACKENDS and bisect_budget_s > 0:
@@ -155,6 +165,8 @@ async def localize(
     result.circumstances = circumstances(result.variants)
     spectra += [v.spectrum for v in varied if v.spectrum is not None]
     result.suspects = merge(result.suspects, await anyio.to_thread.run_sync(spectral, spectra))
+    if spectra and all(s.failed for s in spectra):
+        result.notes.append(NO_PASSING_RUN)
     places = [(s.file, s.line, s.function) for s in result.suspects[:MAX_BLAMED] if s.line]
     if result.bisection is not None:
         places += [(c.file, c.line, c.function) for c in result.bisection.codegen[:MAX_BLAMED_CODEGEN] if c.line]

@@ -15,6 +15,9 @@ from pt2_bug_basher.reduce.bisect import DEFAULT_BUDGET_S
 from pt2_bug_basher.reduce.ladder import LocalizeResult
 from pt2_bug_basher.steps import localize as localize_step
 
+NearMisses = Annotated[list[str] | None, Field(max_length=6, description=(
+    "copies of the repro you changed in one way so that they pass (or fail differently): each runs at the failing "
+    "backend under coverage, and what its run did not execute splits the lines every failing run ran"))]
 BisectBudget = Annotated[float, Field(ge=0, le=7200, description="seconds for the bisection below the backend; "
                                                                  "0 skips it (the ladder alone)")]
 
@@ -24,7 +27,8 @@ def register(mcp: MCPServer, state: AppState) -> None:
               annotations=RUNS_CODE)
     @tool_errors
     async def localize(ctx: Context, case_id: CaseId, script: DefaultRepro = None,
-                       bisect_budget_s: BisectBudget = DEFAULT_BUDGET_S) -> LocalizeResult:
+                       bisect_budget_s: BisectBudget = DEFAULT_BUDGET_S,
+                       near_misses: NearMisses = None) -> LocalizeResult:
         """Rerun the repro with torch.compile's backend swapped (eager, aot_eager,
         aot_eager_decomp_partition, inductor) and, at the lowest failing backend, with dynamic=False
         and dynamic=True, without editing the script. Below a failing decomposition or Inductor
@@ -36,6 +40,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
         layer (Dynamo, AOTAutograd, decompositions, Inductor, dynamic shapes), the bisection or the
         guard summary, suspects as file:line in torch's source (most likely first; for a lowering,
         also the code generation that ran only when that op was lowered), how failures were
-        compared, and the minify call that fits."""
+        compared, and the minify call that fits. near_misses: your own passing copies of the repro,
+        contrasted with the failing runs."""
         return await localize_step.localize(state, case_id, script, bisect_budget_s=bisect_budget_s,
-                                            progress=progress_reporter(ctx))
+                                            progress=progress_reporter(ctx), near_misses=near_misses or ())
