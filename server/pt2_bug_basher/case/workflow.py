@@ -411,12 +411,12 @@ class Workflow:
                     f"compiled graph, as localize found it ({loc.layer}): {waive_call}; or collect them anyway: "
                     f"{status.tool_call}")
         if loc.first_failing == "eager":
+            named = "localize's suspects name the Dynamo source" if loc.suspects else "the bug is in Dynamo's tracing"
             waive_call = format_call(ToolName.waive_step, case_id=cid, step=Step.artifacts.value, reason=(
-                "fails with backend='eager': no graph reaches Inductor, and localize's suspects name the Dynamo "
-                "source"))
+                f"fails with backend='eager': no graph reaches Inductor, and {named}"))
+            shown = "the traceback and localize's suspects show" if loc.suspects else "Dynamo's logs show"
             return (text + " - localize found backend='eager' failing, so no graph reaches Inductor: this collects "
-                    "Dynamo's own logs and guards, not kernels. If the traceback and localize's suspects show the "
-                    f"cause already: {waive_call}")
+                    f"Dynamo's own logs and guards, not kernels. If {shown} the cause already: {waive_call}")
         return text
 
 

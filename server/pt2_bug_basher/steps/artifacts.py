@@ -212,7 +212,10 @@ def _nothing_reached_inductor(state: AppState, result: CollectArtifactsResult, f
     text = (f"No graph reached Inductor (0 graphs indexed), so there is no generated code to read "
             f"({failure.how}). Read {', '.join(read) + ' and ' if read else ''}the run's stderr ({result.stderr}).")
     if failure.localized and failure.localized.startswith("Dynamo"):
-        text += " The bug is in Dynamo: read the source localize's suspects name"
+        located = state.store.localization(result.case_id)
+        text += (" The bug is in Dynamo: read the source localize's suspects name" if located and located.suspects
+                 else " The bug is in Dynamo, and localize named no function: read the side effects and guards"
+                      " Dynamo logged")
         logs = next((r for r in reversed(state.store.evidence(result.case_id, Step.logs.value)) if r.ok), None)
         found = logs.payload(LogsEvidence) if logs is not None else None
         if found is not None and found.run_ids and "guards" in (found.logs or ""):
