@@ -238,3 +238,64 @@ async def test_a_script_that_reaches_the_compiler_only_through_export_is_put_in_
     assert set(rows(data).values()) == {"not compiled"}, data["table"]
     assert data["first_failing"] is None and data["layer"] == "export", data["meaning"]
     assert 'mode="source"' in data["minifier"] and "torch.export" in data["meaning"]
+
+
+# -- the agent's own near misses: a Dynamo side-effect bug no generated variant passes -------------------------
+
+POP_BUG = ("            self.should_reconstruct_all = True\n            tx.output.side_effects.mutation(self)\n"
+           "            return self.items.pop(Hashable(args[0]))")
+STEP = '''\
+import torch
+
+
+def step(x, state):
+    scale = state.pop("scale")
+    state["calls"] = state.get("calls", 0) + 1
+    return torch.relu(x) * scale
+
+
+state = {"scale": 2.0}
+x = torch.randn(8)
+out = torch.compile(step, backend="eager")(x, state)
+torch.testing.assert_close(out, torch.relu(x) * 2.0)
+assert "scale" not in state, f"state after the compiled step: {state}"
+'''
+
+
+async def test_a_near_miss_the_agent_wrote_names_the_function_no_generated_variant_could(tmp_path):
+    """dict.pop on an input no longer marks the dict for reconstruction (planted in the checkout's one commit,
+    so no history points at it): every generated variant still fails, so the spectra have nothing to contrast
+    until the agent passes a copy that deletes the key instead of popping it."""
+    from torch_checkout import build_clean_checkout, make_checkout_python
+
+    checkout, _ = build_clean_checkout(tmp_path)
+    python = make_checkout_python(tmp_path, checkout)
+    dicts = checkout / "torch" / "_dynamo" / "variables" / "dicts.py"
+    text = dicts.read_text()
+    assert text.count(POP_BUG) == 1, "ConstDictVariable.call_method's pop changed in this torch"
+    dicts.write_text(text.replace(POP_BUG, POP_BUG.split("\n", 1)[1]))
+    repro, near = tmp_path / "step.py", tmp_path / "step_del.py"
+    repro.write_text(STEP)
+    near.write_text(STEP.replace('scale = state.pop("scale")', 'scale = state["scale"]\n    del state["scale"]'))
+    config = ServerConfig(state_dir=tmp_path / "state", default_repo=checkout, allowed_roots=(tmp_path,))
+    async with Client(create_server(config)) as client:
+        env = await client.call_tool("check_env", {"python": str(python), "repo": str(checkout)})
+        case_id = env.structured_content["case_id"]
+        run = await client.call_tool("run_with_logs", {"case_id": case_id, "script": str(repro), "repeat": 2})
+        assert run.structured_content["reproduced"], run.content[0].text[:2000]
+        alone = (await client.call_tool("localize", {"case_id": case_id, "bisect_budget_s": 0})).structured_content
+        assert alone["layer"] == "Dynamo"
+        assert not [v for v in alone["variants"] if v["outcome"] == "passes"], alone["variants"]
+        assert any("near_misses" in note for note in alone["notes"]), alone["notes"]
+        both = await client.call_tool("localize", {"case_id": case_id, "bisect_budget_s": 0,
+                                                   "near_misses": [str(near)]})
+    data = both.structured_content
+    assert data["variants"][0]["kind"] == "near_miss" and data["variants"][0]["outcome"] == "passes"
+    assert "passes as your near miss `step_del.py`" in data["circumstances"]
+    top = data["suspects"][0]
+    assert (top["file"], top["function"]) == ("torch/_dynamo/variables/dicts.py", "ConstDictVariable.call_method"), \
+        data["suspects"][:3]
+    assert "spectrum" in top["evidence"]
+    pop_line = next(i for i, line in enumerate(dicts.read_text().splitlines(), 1)
+                    if "return self.items.pop(Hashable(args[0]))" in line)
+    assert any(r["first"] <= pop_line <= r["last"] for r in top["lines"]), top
