@@ -226,3 +226,32 @@ async def test_localize_names_the_missing_length_guard(guard_bug_checkout: Torch
     # ... and the same suspects localize named from that flag
     assert [(s["file"], s["function"], s["line"]) for s in shown["suspects"][:2]] == [
         (wrap["file"], wrap["function"], wrap["line"]), (guard["file"], guard["function"], guard["line"])]
+
+
+def test_the_side_effects_log_names_the_callers_objects_dynamo_wrote_back(tmp_path: Path):
+    """A real run: the compiled function pops a key from an input dict, sets another and appends to a list."""
+    import os
+    import subprocess
+    import sys
+
+    from pt2_bug_basher.analysis.guards import GUARD_LOGS, replayed_mutations
+
+    script = tmp_path / "step.py"
+    script.write_text(
+        "import torch\n\n\n"
+        "def step(x, state, seen):\n"
+        "    scale = state.pop('scale')\n"
+        "    state['calls'] = 1\n"
+        "    seen.append(2)\n"
+        "    return x * scale\n\n\n"
+        "torch.compile(step, backend='eager')(torch.ones(2), {'scale': 2.0}, [])\n")
+    err = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=240,
+                         env={**os.environ, "TORCH_LOGS": GUARD_LOGS}).stderr
+    by_source = {m.source: m for m in replayed_mutations(err)}
+    assert by_source["L['state']"].type == "dict", err[-3000:]
+    assert by_source["L['state']"].statements == ["step.py:5 `scale = state.pop('scale')`",
+                                                  "step.py:6 `state['calls'] = 1`"]
+    assert by_source["L['seen']"].statements == ["step.py:7 `seen.append(2)`"]
+    decisions = summarise_guards(err, recompiles_logged=True)
+    assert decisions.mutations and "wrote back its mutations of dict L['state']" in decisions.statement
+    assert replayed_mutations(log("guards_recompiles.list_sum.log")) == []  # guards alone: no side_effects log

@@ -287,6 +287,9 @@ async def test_a_near_miss_the_agent_wrote_names_the_function_no_generated_varia
         assert alone["layer"] == "Dynamo"
         assert not [v for v in alone["variants"] if v["outcome"] == "passes"], alone["variants"]
         assert any("near_misses" in note for note in alone["notes"]), alone["notes"]
+        # the Dynamo run's side_effects log: the input dict it wrote back, and the statements that mutated it
+        written = {m["source"]: m["statements"] for m in alone["dynamo"]["mutations"]}
+        assert written["L['state']"][0] == 'step.py:5 `scale = state.pop("scale")`', alone["dynamo"]
         both = await client.call_tool("localize", {"case_id": case_id, "bisect_budget_s": 0,
                                                    "near_misses": [str(near)]})
     data = both.structured_content

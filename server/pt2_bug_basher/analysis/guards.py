@@ -30,7 +30,7 @@ from pydantic import BaseModel, Field
 
 from pt2_bug_basher.analysis.torch_logs import split_log_line
 
-GUARD_LOGS = "guards,recompiles"
+GUARD_LOGS = "guards,recompiles,side_effects"
 MAX_ENTRIES = 8
 MAX_INPUTS = 16
 MAX_ITEMS_SHOWN = 6
@@ -101,6 +101,15 @@ class CompiledEntry(BaseModel):
     shape_guards: int = Field(0, description="symbolic shape guards on the root")
 
 
+class ReplayedMutation(BaseModel):
+    """An object of the caller's that the compiled code mutated: Dynamo replays the mutation after the graph ran."""
+
+    type: str = Field(description="its Python type, e.g. dict")
+    source: str = Field(description="where Dynamo found it, e.g. L['state']")
+    statements: list[str] = Field(default_factory=list, description=(
+        "the script's statements that mutated it, innermost frame of each user stack: 'file.py:LINE `code`'"))
+
+
 class DynamoDecisions(BaseModel):
     """How many entries Dynamo compiled, whether later calls recompiled, and the guards on each input."""
 
@@ -113,6 +122,9 @@ class DynamoDecisions(BaseModel):
     entries_left_out: int = 0
     flags: list[GuardFlag] = Field(default_factory=list, description="guard shapes that let an entry be reused "
                                                                      "for inputs it was not traced for")
+    mutations: list[ReplayedMutation] = Field(default_factory=list, description=(
+        "objects of the caller's the compiled code mutated, which Dynamo writes back after the graph ran "
+        "(the side_effects log)"))
     run_id: str | None = Field(None, description="the run the logs came from")
     logs: str = Field(GUARD_LOGS, description="the TORCH_LOGS the run had")
 
@@ -445,12 +457,62 @@ def summarise_guards(text: str, *, recompiles_logged: bool | None = None, run_id
     else:
         recompiled = False if logged else None
     codes = {s.compile_id: s.code for s in summaries}
+    mutations = replayed_mutations(text)
+    statement = _statement(entries, parser.recompiles, logged, flags, codes)
+    if mutations:
+        made = "; ".join(f"{m.type} {m.source}" + (f" (by {', '.join(m.statements)})" if m.statements else "")
+                         for m in mutations)
+        statement = statement.rstrip(".") + (
+            f". After the graph ran, Dynamo wrote back its mutations of {made}: a value the script finds "
+            "wrong in one of them was lost or changed in that replay (the variable tracker of its type records each "
+            "mutation; torch/_dynamo/side_effects.py replays them)")
     return DynamoDecisions(
         frames=len(frames), compiled_entries=len(entries), recompiles=len(parser.recompiles), recompiled=recompiled,
-        statement=_statement(entries, parser.recompiles, logged, flags, codes),
-        entries=summaries[:MAX_ENTRIES], entries_left_out=max(0, len(summaries) - MAX_ENTRIES), flags=flags,
-        run_id=run_id, logs=logs,
+        statement=statement, entries=summaries[:MAX_ENTRIES], entries_left_out=max(0, len(summaries) - MAX_ENTRIES),
+        flags=flags, mutations=mutations, run_id=run_id, logs=logs,
     )
+
+
+_MUTATING = re.compile(r"Mutating object of type (?P<type>\S+) \(source name: (?P<source>.*?)\)(?: \(unable .*)?\s*$")
+_SIDE_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>\S+)')
+MAX_STATEMENTS = 4
+
+
+def _basename(path: str) -> str:
+    return path.replace("\\", "/").rsplit("/", 1)[-1]
+
+
+def replayed_mutations(text: str) -> list[ReplayedMutation]:
+    """The side_effects log's `Mutating object of type T (source name: S)` records, each with the innermost frame
+    of every user stack under it (the statement that made the mutation), in the order logged, one per source."""
+    found: dict[str, ReplayedMutation] = {}
+    current: ReplayedMutation | None = None
+    where: str | None = None  # the last frame's file:line, until its code line comes
+    statement: str | None = None  # the last frame with its code: the innermost once the stack ends
+
+    def flush() -> None:
+        if current is not None and statement is not None and statement not in current.statements \
+                and len(current.statements) < MAX_STATEMENTS:
+            current.statements.append(statement)
+
+    for raw in text.splitlines():
+        if "[__side_effects]" not in raw:
+            continue
+        line = split_log_line(raw)[1]
+        body = line.strip()
+        if (m := _MUTATING.search(line)) is not None:
+            flush()
+            current = found.setdefault(m["source"], ReplayedMutation(type=m["type"], source=m["source"]))
+            where = statement = None
+        elif (f := _SIDE_FRAME.search(line)) is not None:
+            where = f"{_basename(f['file'])}:{f['line']}"
+        elif where is not None and body and not set(body) <= set("^~ "):
+            statement, where = f"{where} `{body[:100]}`", None
+        elif not body or body.startswith("****"):
+            flush()
+            statement = None
+    flush()
+    return list(found.values())
 
 
 def has_guard_trees(text: str) -> bool:

@@ -166,8 +166,9 @@ class LocalizeResult(BaseModel):
     notes: list[str] = Field(default_factory=list)
     dynamo: DynamoDecisions | None = Field(None, description=(
         "the layer is Dynamo and Dynamo raised nothing (a wrong result): one more eager run with "
-        "TORCH_LOGS=guards,recompiles: what Dynamo compiled, whether later calls recompiled, the guards on each "
-        "input, and guard shapes that let an entry be reused wrongly"))
+        "TORCH_LOGS=guards,recompiles,side_effects: what Dynamo compiled, whether later calls recompiled, the "
+        "guards on each input, guard shapes that let an entry be reused wrongly, and the caller's objects it "
+        "mutated and wrote back"))
     variants: list[VariantOutcome] = Field(default_factory=list, description=(
         "near-miss variants of the repro, each with the one thing it changed and its outcome"))
     circumstances: list[str] = Field(default_factory=list, description=(
