@@ -94,8 +94,12 @@ async def test_the_test_fails_on_main_in_a_worktree(mini: Mini):
     # The primary checkout is untouched: the state directory stays out of git status.
     assert git(mini.repo, "status", "--porcelain").strip() == "M test/test_ops.py"
 
-    # Editing the registered test's code after the check makes the check stale: it ran other code.
+    # Another test added to the file leaves the check standing: the registered test is what it was.
     test_file = mini.repo / "test" / "test_ops.py"
+    test_file.write_text(test_file.read_text() + "\n\ndef test_added_later():\n    assert True\n")
+    status = (await call(mini, "get_workflow", case_id=case_id)).structured_content["case"]
+    assert next(s for s in status["steps"] if s["step"] == "main_check")["status"] == "done"
+    # Editing the registered test's code after the check makes the check stale: it ran other code.
     test_file.write_text(test_file.read_text() + "\n\nLIMIT = 21  # added after the main check\n")
     status = (await call(mini, "get_workflow", case_id=case_id)).structured_content["case"]
     main_check = next(s for s in status["steps"] if s["step"] == "main_check")

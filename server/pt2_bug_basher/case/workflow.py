@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 
 from pt2_bug_basher.case.store import EvidenceRecord, Store, WaiverRecord
 from pt2_bug_basher.domain.calls import format_call
-from pt2_bug_basher.domain.digest import python_source_digest
+from pt2_bug_basher.domain.digest import python_source_digest, test_function_of
 from pt2_bug_basher.domain.errors import GateClosed, InvalidInput
 from pt2_bug_basher.domain.evidence import (
     ClassifyEvidence,
@@ -213,11 +213,13 @@ class Workflow:
         return None
 
     def _test_changed_since(self, record: EvidenceRecord) -> bool:
-        """A main check ran an earlier content of the registered test file (edited after the check)."""
+        """A main check ran an earlier content of the registered test (its file edited after the check, other tests
+        of the file aside)."""
         found = record.payload(MainCheckEvidence)
         if not found.test_file or not found.test_sha256:
             return False
-        return python_source_digest(Path(self.case.repo) / found.test_file) != found.test_sha256
+        test = test_function_of(found.node_id)
+        return python_source_digest(Path(self.case.repo) / found.test_file, test) != found.test_sha256
 
     def _rebased(self, spec: StepSpec, record: EvidenceRecord) -> bool:
         for base in spec.rebased_on:

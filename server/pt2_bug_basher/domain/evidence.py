@@ -81,7 +81,8 @@ class MainCheckEvidence(EvidencePayload):
     torch_file: str | None = None
     test_file: str | None = None
     test_sha256: str | None = Field(None, description="digest of the registered test file's meaning (its syntax tree, "
-                                                      "imports sorted) when it ran on the ref")
+                                                      "imports sorted, its other tests left out) when it ran on "
+                                                      "the ref")
 
 
 class LogsEvidence(EvidencePayload):

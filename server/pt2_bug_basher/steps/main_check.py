@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 from pt2_bug_basher.analysis.compare import Failure, on_other_ref, same_failure
 from pt2_bug_basher.case.store import CaseRecord
 from pt2_bug_basher.domain.calls import format_call
-from pt2_bug_basher.domain.digest import python_source_digest
+from pt2_bug_basher.domain.digest import python_source_digest, test_function_of
 from pt2_bug_basher.domain.errors import BugBasherError, InvalidInput
 from pt2_bug_basher.domain.evidence import MainCheckEvidence
 from pt2_bug_basher.domain.names import Step, ToolName
@@ -65,7 +65,8 @@ async def make_worktree(state: AppState, case_id: str, action: str = "create", r
     case = flow.case
     test = registered_test(flow)
     torch_from_repo = bool((case.env.get("torch") or {}).get("imported_from_repo"))
-    test_digest = python_source_digest(Path(case.repo) / test.test_file)  # the test as copied into the worktree
+    # the test as copied into the worktree (its file's other tests left out)
+    test_digest = python_source_digest(Path(case.repo) / test.test_file, test_function_of(test.node_id))
     created = await worktrees.create(state.store, case, ref, test.test_file, torch_from_repo, force=force)
     record = created.record
     cwd, env_add, notes = worktrees.run_environment(record)
