@@ -140,3 +140,20 @@ def plant(checkout: Path, bug: PlantedBug, *, commit: bool = True) -> None:
 def unplant(checkout: Path, bug: PlantedBug) -> None:
     path = checkout / bug.file
     path.write_text(path.read_text().replace(bug.new, bug.old))
+
+
+# Not a recipe of PLANTED (bench_bisect runs those): Dynamo's side effects, a layer no mechanism is built around.
+# dict.pop on an input no longer marks the dict for reconstruction, so the replay after the graph keeps the key.
+DICT_POP_ANCHOR = ("            self.should_reconstruct_all = True\n            tx.output.side_effects.mutation(self)\n"
+                   "            return self.items.pop(Hashable(args[0]))")
+DICT_POP_FILE = "torch/_dynamo/variables/dicts.py"
+
+
+def plant_dict_pop_bug(checkout: Path) -> Path:
+    """Edit the checkout in place (no commit: the caller folds it into the base or commits it); returns the file."""
+    path = checkout / DICT_POP_FILE
+    text = path.read_text()
+    if text.count(DICT_POP_ANCHOR) != 1:
+        raise ValueError("ConstDictVariable.call_method's pop changed in this torch: update DICT_POP_ANCHOR")
+    path.write_text(text.replace(DICT_POP_ANCHOR, DICT_POP_ANCHOR.split("\n", 1)[1]))
+    return path

@@ -242,8 +242,6 @@ async def test_a_script_that_reaches_the_compiler_only_through_export_is_put_in_
 
 # -- the agent's own near misses: a Dynamo side-effect bug no generated variant passes -------------------------
 
-POP_BUG = ("            self.should_reconstruct_all = True\n            tx.output.side_effects.mutation(self)\n"
-           "            return self.items.pop(Hashable(args[0]))")
 STEP = '''\
 import torch
 
@@ -266,14 +264,12 @@ async def test_a_near_miss_the_agent_wrote_names_the_function_no_generated_varia
     """dict.pop on an input no longer marks the dict for reconstruction (planted in the checkout's one commit,
     so no history points at it): every generated variant still fails, so the spectra have nothing to contrast
     until the agent passes a copy that deletes the key instead of popping it."""
+    from planted_bugs import plant_dict_pop_bug
     from torch_checkout import build_clean_checkout, make_checkout_python
 
     checkout, _ = build_clean_checkout(tmp_path)
     python = make_checkout_python(tmp_path, checkout)
-    dicts = checkout / "torch" / "_dynamo" / "variables" / "dicts.py"
-    text = dicts.read_text()
-    assert text.count(POP_BUG) == 1, "ConstDictVariable.call_method's pop changed in this torch"
-    dicts.write_text(text.replace(POP_BUG, POP_BUG.split("\n", 1)[1]))
+    dicts = plant_dict_pop_bug(checkout)
     repro, near = tmp_path / "step.py", tmp_path / "step_del.py"
     repro.write_text(STEP)
     near.write_text(STEP.replace('scale = state.pop("scale")', 'scale = state["scale"]\n    del state["scale"]'))

@@ -272,3 +272,26 @@ def test_an_export_case_sweeps_through_export_and_its_programs_run(tmp_path: Pat
                           capture_output=True, text=True, timeout=300)
     [line] = [x for x in done.stdout.splitlines() if x.startswith("PT2BB-SWEEP:")]
     assert json.loads(line.split(" ", 1)[1])["outcome"] == "pass", done.stderr[-2000:]
+
+
+def test_a_dynamo_case_that_mutates_a_dict_sweeps_programs_that_reach_its_replay(tmp_path: Path):
+    """A Dynamo case whose repro pops from a dict gets the side-effect programs: the caller's dict and list,
+    mutated inside the compiled function and compared after it; they pass on a sound torch and fail on one
+    whose dict.pop is not written back."""
+    from planted_bugs import plant_dict_pop_bug
+    from torch_checkout import build_clean_checkout, make_checkout_python
+
+    source = "def step(x, state):\n    s = state.pop('scale')\n    return x * s\n"
+    spec, why = case_spec(CaseSweepInputs(sources=[source], layer="Dynamo", first_failing="eager"))
+    assert any(line.startswith("Dynamo patterns:") and "side_effects" in line for line in why), why
+    program = next(p for p in spec.programs if p.name == "dict_pop_only-nograd-eager")
+    path = tmp_path / "dict_pop_only.py"
+    path.write_text(program.code)
+    subprocess.run([sys.executable, str(path)], check=True, capture_output=True, timeout=300)
+    checkout, _ = build_clean_checkout(tmp_path / "bug")
+    plant_dict_pop_bug(checkout)
+    buggy = make_checkout_python(tmp_path / "bug", checkout)
+    failed = subprocess.run([str(buggy), str(path)], capture_output=True, text=True, timeout=300)
+    assert failed.returncode != 0 and "scale" in failed.stderr, failed.stderr[-2000:]
+    export_spec, _ = case_spec(CaseSweepInputs(sources=[source], layer="export"))
+    assert not any(p.name.startswith("dict_pop") for p in export_spec.programs)

@@ -74,6 +74,8 @@ PATTERN_HINTS: dict[str, re.Pattern[str]] = {
                         r"\[[^\]]*:[^\]]*\]"),
     "aliasing": re.compile(r"\breturn\b[^\n]*\b(x|inp|input|a|self)\b\s*(,|$)", re.M),
     "containers": re.compile(r"\bdef \w+\([^)]*\b(xs|lst|items|d|inputs)\b|\[\s*torch\.|\{\s*['\"]\w+['\"]\s*:"),
+    "side_effects": re.compile(r"\.(pop|popitem|clear|update|setdefault|append|extend|insert|remove)\(|"
+                               r"\bdel\s+\w+\[|\b\w+\[['\"]\w+['\"]\]\s*=[^=]"),
 }
 
 
@@ -148,13 +150,23 @@ PATTERNS: dict[str, list[tuple[str, str]]] = {
     "containers": [
         ("list_and_dict", "    parts = [x[0], x[1] * 2]\n    return {\"sum\": parts[0] + parts[1], \"parts\": parts}"),
     ],
+    # the caller's dict and list, mutated inside f: Dynamo writes the mutations back after the graph ran
+    "side_effects": [
+        ("dict_pop_setitem", "    s = state.pop(\"scale\")\n    state[\"calls\"] = state.get(\"calls\", 0) + 1\n"
+                             "    return x * s"),
+        ("dict_pop_only", "    return x * state.pop(\"scale\")"),
+        ("dict_del_update", "    del state[\"scale\"]\n    state.update(extra=2.0)\n    return x + 1"),
+        ("dict_clear_setitem", "    state.clear()\n    state[\"calls\"] = 1\n    return x - 1"),
+        ("list_append_pop", "    seen.append(3)\n    seen.pop(0)\n    return x * len(seen)"),
+    ],
 }
+NO_EXPORT = frozenset({"side_effects"})  # torch.export does not write the caller's containers back
 
 _HARNESS = '''\
 import torch
 
 
-def f(x):
+def f(x, state=None, seen=None):
 {body}
 
 
@@ -162,8 +174,9 @@ def run(fn):
     torch.manual_seed(0)
     base = torch.randn(4, 4, requires_grad={grad})
     x = base.clone()
-    out = fn(x)
-    result = [out, x.detach()]
+    state, seen = {{"scale": 2.0, "keep": 1.0}}, [1, 2]
+    out = fn(x, state, seen)
+    result = [out, x.detach(), state, seen]
     if {grad}:
         leaves = [t for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.requires_grad]
         sum((t.sum() for t in leaves), x.sum()).backward()
@@ -176,7 +189,7 @@ def exported(fn):
         def forward(self, x):
             return fn(x)
 
-    return lambda x: torch.export.export(Call(), (x,)).run_decompositions().module()(x)
+    return lambda x, *_: torch.export.export(Call(), (x,)).run_decompositions().module()(x)
 
 
 torch.testing.assert_close(run({compiled}), run(f))
@@ -186,6 +199,8 @@ torch.testing.assert_close(run({compiled}), run(f))
 def pattern_programs(patterns: list[str], backend: str, dynamic: list[bool]) -> list[ProgramSpec]:
     programs = []
     for pattern in patterns:
+        if backend == EXPORT and pattern in NO_EXPORT:
+            continue
         for name, body in PATTERNS.get(pattern, []):
             for grad in (False, True):
                 for dyn in dynamic:
