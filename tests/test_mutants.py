@@ -17,7 +17,7 @@ sys.path.insert(0, str(MUTANTS))
 from cosmic_ray.mutating import mutate_code  # noqa: E402
 from generate import MANIFEST, Generator, mode_of, split_of  # noqa: E402
 from operators import operator  # noqa: E402
-from score import bisector_layer, rank  # noqa: E402
+from score import bisector_layer, rank, summary  # noqa: E402
 from sites import Site, edit_of, function_spans, innermost, layer_of, mutate, sites_in  # noqa: E402
 
 TINY = '''\
@@ -201,3 +201,13 @@ def test_manifest_integrity():
         span = innermost(function_spans(source), m["line"])
         assert span is not None and span[2] == m["function"] and list(span[:2]) == m["function_lines"], m["id"]
 
+
+
+def test_a_bisector_only_pass_is_not_counted_as_localize_misses():
+    ranked = {"split": "held_out", "layer": "gpu", "rank": 1, "localize_s": 80.0, "localized": True}
+    bisected = {"split": "held_out", "layer": "gpu", "rank": None, "localize_s": None, "localized": False,
+                "bisector_hit": True, "bisector_s": 100.0}
+    lines = summary([ranked, bisected])
+    gpu = next(line for line in lines if line.startswith("held_out  gpu"))
+    assert "n=  1  top1 1/1" in gpu and "bisector layer hit 1/1" in gpu, gpu
+    assert "localize not run" in summary([bisected])[0]

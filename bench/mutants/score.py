@@ -85,7 +85,8 @@ def score_one(work: Path, checkout: Path, python: Path, mutant: dict, skip_bisec
     finally:
         git(checkout, "checkout", "-q", "-f", "-B", "mutants", "clean")
     row = {"id": mutant["id"], "layer": mutant["layer"], "split": mutant["split"], "failure": mutant["failure"],
-           "function": mutant["function"], "localize_s": mine.get("seconds"), "error": mine.get("error"),
+           "function": mutant["function"], "localized": not skip_localize, "localize_s": mine.get("seconds"),
+           "error": mine.get("error"),
            "localize_layer": mine.get("layer"), "rank": rank(mine.get("raw_suspects", []), mutant),
            "top": [f"{s['function']} ({s['file']}:{s['line']})" for s in mine.get("raw_suspects", [])[:5]]}
     if not skip_bisector:
@@ -110,13 +111,15 @@ def summary(rows: list[dict]) -> list[str]:
             groups[(split, r["layer"])].append(r)
             groups[(split, "ALL")].append(r)
     for (split, layer), rs in sorted(groups.items()):
-        n = len(rs)
-        tops = [sum(1 for r in rs if r["rank"] is not None and r["rank"] <= k) for k in (1, 3, 5)]
-        times = [r["localize_s"] for r in rs if r["localize_s"] is not None]
+        localized = [r for r in rs if r.get("localized", True)]  # a bisector-only pass ranks nothing
+        n = len(localized)
+        tops = [sum(1 for r in localized if r["rank"] is not None and r["rank"] <= k) for k in (1, 3, 5)]
+        times = [r["localize_s"] for r in localized if r["localize_s"] is not None]
         hits = [r["bisector_hit"] for r in rs if "bisector_hit" in r]
         btimes = [r["bisector_s"] for r in rs if "bisector_s" in r]
-        out.append(f"{split:9} {layer:16} n={n:3}  top1 {tops[0]}/{n}  top3 {tops[1]}/{n}  top5 {tops[2]}/{n}  "
-                   f"localize median {statistics.median(times) if times else '-'} s"
+        out.append(f"{split:9} {layer:16} "
+                   + (f"n={n:3}  top1 {tops[0]}/{n}  top3 {tops[1]}/{n}  top5 {tops[2]}/{n}  "
+                      f"localize median {statistics.median(times) if times else '-'} s" if n else "localize not run")
                    + (f"  | bisector layer hit {sum(hits)}/{len(hits)}, median {statistics.median(btimes)} s"
                       if hits else ""))
     return out

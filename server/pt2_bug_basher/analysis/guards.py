@@ -1,4 +1,5 @@
-"""What Dynamo decided, from ``TORCH_LOGS=guards,recompiles``: compiled entries, recompiles, guards per input.
+"""What Dynamo decided, from ``TORCH_LOGS=guards,recompiles``: compiled entries, recompiles, guards per input;
+with ``side_effects`` too, the caller's objects it wrote back after the graph ran.
 
 A silently wrong result with ``backend="eager"`` often means a compiled entry was reused for an input
 its guards should have rejected. torch 2.13 prints each compiled entry's guards as a tree (artifact
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, Field
 
-from pt2_bug_basher.analysis.torch_logs import split_log_line
+from pt2_bug_basher.analysis.torch_logs import basename, split_log_line
 
 GUARD_LOGS = "guards,recompiles,side_effects"
 MAX_ENTRIES = 8
@@ -478,10 +479,6 @@ _SIDE_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?
 MAX_STATEMENTS = 4
 
 
-def _basename(path: str) -> str:
-    return path.replace("\\", "/").rsplit("/", 1)[-1]
-
-
 def replayed_mutations(text: str) -> list[ReplayedMutation]:
     """The side_effects log's `Mutating object of type T (source name: S)` records, each with the innermost frame
     of every user stack under it (the statement that made the mutation), in the order logged, one per source."""
@@ -505,7 +502,7 @@ def replayed_mutations(text: str) -> list[ReplayedMutation]:
             current = found.setdefault(m["source"], ReplayedMutation(type=m["type"], source=m["source"]))
             where = statement = None
         elif (f := _SIDE_FRAME.search(line)) is not None:
-            where = f"{_basename(f['file'])}:{f['line']}"
+            where = f"{basename(f['file'])}:{f['line']}"
         elif where is not None and body and not set(body) <= set("^~ "):
             statement, where = f"{where} `{body[:100]}`", None
         elif not body or body.startswith("****"):

@@ -273,7 +273,7 @@ def split_log_line(raw: str) -> tuple[str | None, str]:
     return None, raw
 
 
-def _basename(path: str) -> str:
+def basename(path: str) -> str:
     return re.split(r"[/\\]", path)[-1]
 
 
@@ -419,7 +419,7 @@ class _Collector:
         else:
             file, line = b.file, b.line
         reason = b.reason or "(reason not shown in the log)"
-        location = f"{_basename(file)}:{line}" if file else None
+        location = f"{basename(file)}:{line}" if file else None
         key = (reason, location)
         record = self.breaks.get(key)
         if record is None:
@@ -451,7 +451,7 @@ class _Collector:
             reason = parts[0].strip()
             m = _GUARD_COMMENT_RE.search(parts[1])
             if m:
-                guard_location = f"{_basename(m.group('file'))}:{m.group('line')}"
+                guard_location = f"{basename(m.group('file'))}:{m.group('line')}"
         guard: str | None = reason
         tm = _TENSOR_FAILURE_RE.match(reason)
         if tm:
@@ -463,7 +463,7 @@ class _Collector:
             self.guarded_entries[_normal_cid(b.key[1])] = None
         for rejected, _text in b.failures:
             self.guarded_entries[_normal_cid(rejected)] = None
-        location = f"{_basename(b.file)}:{b.line}"
+        location = f"{basename(b.file)}:{b.line}"
         key = (b.function, location, reason)
         record = self.recompiles.get(key)
         if record is None:
@@ -486,7 +486,7 @@ class _Collector:
             source = body[start:].split(", ", 1)[0]
             parts = re.split(r"\s{2,}#\s", body[body.index("TENSOR_MATCH:"):], maxsplit=1)
             m = _GUARD_COMMENT_RE.search(parts[1]) if len(parts) == 2 else None
-            where = f"{_basename(m.group('file'))}:{m.group('line')}" if m else None
+            where = f"{basename(m.group('file'))}:{m.group('line')}" if m else None
             self.tensor_guards.setdefault(_normal_cid(cid) if cid else None, {})[source] = (parts[0].strip(), where)
         elif "torchdynamo start compiling" in body or "torchdynamo start tracing" in body:
             if cid:

@@ -178,8 +178,10 @@ class RunVerdict:
         raised = raised_in(parsed) if parsed else None
         self.raised_in: RaisedIn | None = raised[0] if raised else None
         self.raised_at = f"{raised[1].file}:{raised[1].line} in {raised[1].function}" if raised else None
-        # a failed comparison raises: read which item differs from the parse already made
-        self.compared = compared_item(parsed, text) if parsed else None
+        # a failed comparison raises: which item differs, read from the parse already made (a crash's category
+        # stays as classified)
+        self.compared = compared_item(parsed, text) if parsed and self.classification.category == "accuracy" \
+            else None
         if not crashed and not self.compile_off:  # with compilation off, the exit status alone decides
             if self.logs.recompile_limit_hit:
                 self.failed = True

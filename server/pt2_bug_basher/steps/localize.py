@@ -119,8 +119,8 @@ async def localize(
         # generated variants only where nothing else says where: not when the bisection isolated the culprit,
         # nor for an exception raised inside torch (its frames say where); the agent's near misses always run
         isolated = report is not None and (report.culprit is not None or report.config is not None)
-        raised = ref.category != "accuracy" and bool(exception_suspects(_reproduction_errors(state, ref)))
-        generated = variants_budget_s > 0 and not isolated and not raised
+        generated = variants_budget_s > 0 and not isolated and (
+            ref.category == "accuracy" or not exception_suspects(_reproduction_errors(state, ref)))
         # the variants may take about half what localize took to get here, so its wall time grows by at most half
         budget = min(variants_budget_s, max(VARIANTS_FLOOR_S, VARIANTS_SHARE * (time.monotonic() - started)))
         if generated or misses:
