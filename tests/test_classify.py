@@ -15,10 +15,13 @@ from hypothesis import strategies as st
 from pt2_bug_basher.analysis import fallback
 from pt2_bug_basher.analysis.classify import (
     CATEGORIES,
+    FRAME_KINDS,
     MESSAGE_RULES,
     REFINEMENTS,
     Classification,
     _fallback_frame_kind,
+    _frame_kind,
+    _frame_kind_row,
     classify,
     guessed,
 )
@@ -1237,3 +1240,12 @@ def test_each_refinement_moves_its_example(row) -> None:
     assert row.rule in [e.rule for e in got.evidence], (row.rule, got.evidence)
     short = row.example.split(":", 1)[0].rsplit(".", 1)[-1]
     assert row.type in (None, short)
+
+
+@pytest.mark.parametrize("row", FRAME_KINDS, ids=lambda row: row.name)
+def test_each_frame_kind_places_its_example(row) -> None:
+    """Adding a frame kind is one row and its example: the row is the first that applies to its example frame
+    (no earlier row catches it), and the frame gets the row's kind."""
+    assert _frame_kind_row(row.example) is row, (row.name, _frame_kind_row(row.example).name)
+    assert _frame_kind(row.example) == row.kind
+    assert len({r.name for r in FRAME_KINDS}) == len(FRAME_KINDS)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -404,67 +404,148 @@ def _hands_to_backend(f: Frame, kind: str) -> bool:
         bool(_CALLS_BACKEND.search(f.code or "")) or func in _BACKEND_CALLS or func in _RETURN_OPS)
 
 
+_LIB_PATH = re.compile(r"site-packages|dist-packages|/lib/python|^<")
+
+
+def _in_generated(path: str) -> bool:
+    return bool(GENERATED_DIR.search(path)) or "<eval_with_key>" in path
+
+
+def _in_inductor(path: str) -> bool:
+    return "/_inductor/" in path or path.startswith("torch/_inductor")
+
+
+def _in_autotune(path: str) -> bool:
+    return _in_inductor(path) and path.endswith(("triton_heuristics.py", "autotune.py"))
+
+
+def _inductor_runs(path: str, func: str) -> bool:
+    """Inductor's code that runs the compiled graph (its output code, cudagraphs, its runtime wrappers)."""
+    return path.endswith(("output_code.py", "cudagraph_trees.py", "cudagraph_utils.py")) \
+        or "runtime_wrappers" in path or func in ("run", "__call__", "forward", "call", "_run")
+
+
+def _functorch_runs(path: str, func: str) -> bool:
+    # jit_compile_runtime_wrappers.py compiles (aot_dispatch_base ...); its forward/backward run
+    at_runtime = "runtime_wrappers" in path and "jit_compile_runtime_wrappers" not in path
+    return at_runtime or func in ("forward", "backward", "runtime_wrapper", "call_func_at_runtime_with_args")
+
+
+def _in_dynamo(path: str) -> bool:
+    return "/_dynamo/" in path
+
+
+@dataclass(frozen=True)
+class FrameKind:
+    """A frame belongs to `kind` when `applies(path, func, code, in_torch)` holds: `path` with forward slashes,
+    `func` the function's last dotted part (IPython names methods with their class), `code` its line or ""."""
+
+    name: str
+    kind: str
+    applies: Callable[[str, str, str, bool], bool]
+    example: Frame
+    """a frame this row is the first to place (the parametrized test checks it)"""
+
+
+def _fk(name: str, kind: str, applies: Callable[[str, str, str, bool], bool], file: str, function: str,
+        code: str | None = None, in_torch: bool = True) -> FrameKind:
+    return FrameKind(name, kind, applies, Frame(file=file, line=1, function=function, code=code, in_torch=in_torch))
+
+
+_T = "/usr/lib/python3.11/site-packages/torch"
+# tried in order, first match wins
+FRAME_KINDS: tuple[FrameKind, ...] = (
+    _fk("generated_module", "compile", lambda path, func, code, t: _in_generated(path) and func == "<module>",
+        "/tmp/torchinductor_me/ab/cabc.py", "<module>", in_torch=False),
+    _fk("generated", "generated", lambda path, func, code, t: _in_generated(path),
+        "/tmp/torchinductor_me/ab/cabc.py", "call", in_torch=False),
+    _fk("triton_package", "triton",
+        lambda path, func, code, t: ("/triton/" in path or path.startswith("triton/")) and "/torch/" not in path,
+        "/usr/lib/python3.11/site-packages/triton/compiler/compiler.py", "compile", in_torch=False),
+    _fk("triton_kernel_wrap", "triton", lambda path, func, code, t: path.endswith("triton_kernel_wrap.py"),
+        f"{_T}/_higher_order_ops/triton_kernel_wrap.py", "__call__"),
+    # the line calls torch.export (or torch._dynamo.export): what follows is export
+    _fk("calls_export", "export", lambda path, func, code, t: bool(_CALLS_EXPORT.search(code)),
+        "/work/repro.py", "main", code="ep = torch.export.export(m, (x,))", in_torch=False),
+    _fk("user", "user", lambda path, func, code, t: not t and not _LIB_PATH.search(path),
+        "/work/repro.py", "forward", in_torch=False),
+    _fk("lib", "lib", lambda path, func, code, t: not t,
+        "/usr/lib/python3.11/site-packages/numpy/core/fromnumeric.py", "sum", in_torch=False),
+    _fk("autotune_compile", "triton", lambda path, func, code, t: _in_autotune(path) and "compile" in func,
+        f"{_T}/_inductor/runtime/triton_heuristics.py", "precompile"),
+    _fk("autotune_run", "runtime", lambda path, func, code, t: _in_autotune(path),
+        f"{_T}/_inductor/runtime/triton_heuristics.py", "run"),
+    # async_compile.triton, loading or precompiling a Triton kernel
+    _fk("inductor_triton_kernel", "triton", lambda path, func, code, t: _in_inductor(path) and (
+            func == "triton" or "triton_kernel" in func or ".precompile(" in code),
+        f"{_T}/_inductor/async_compile.py", "triton"),
+    # GraphLowering: its run / run_node interpret the FX graph to lower it
+    _fk("graph_lowering", "compile", lambda path, func, code, t: path.endswith("/_inductor/graph.py"),
+        f"{_T}/_inductor/graph.py", "run"),
+    _fk("inductor_runs", "runtime", lambda path, func, code, t: _in_inductor(path) and _inductor_runs(path, func),
+        f"{_T}/_inductor/output_code.py", "__call__"),
+    _fk("inductor_runtime", "runtime", lambda path, func, code, t: _in_inductor(path)
+        and "/_inductor/runtime/" in path and "compile" not in func and "load" not in func,
+        f"{_T}/_inductor/runtime/static_cuda_launcher.py", "launch"),
+    _fk("inductor", "compile", lambda path, func, code, t: _in_inductor(path),
+        f"{_T}/_inductor/compile_fx.py", "compile_fx"),
+    _fk("functorch_runs", "runtime", lambda path, func, code, t: "/_functorch/" in path
+        and _functorch_runs(path, func),
+        f"{_T}/_functorch/_aot_autograd/runtime_wrappers.py", "inner_fn"),
+    _fk("functorch", "compile", lambda path, func, code, t: "/_functorch/" in path,
+        f"{_T}/_functorch/_aot_autograd/jit_compile_runtime_wrappers.py", "aot_dispatch_base"),
+    _fk("dynamo_backend", "compile", lambda path, func, code, t: _in_dynamo(path) and (
+            func in ("call_user_compiler", "_call_user_compiler") or "/repro/after_dynamo" in path
+            or "/backends/" in path),
+        f"{_T}/_dynamo/output_graph.py", "OutputGraph.call_user_compiler"),
+    # debug_wrapper calls the compiler; deferred_for_real_inputs / inner_debug_fn run the result
+    _fk("after_aot_compile", "compile", lambda path, func, code, t: _in_dynamo(path)
+        and "/repro/after_aot" in path and func == "debug_wrapper",
+        f"{_T}/_dynamo/repro/after_aot.py", "debug_wrapper"),
+    _fk("after_aot_run", "runtime", lambda path, func, code, t: _in_dynamo(path) and "/repro/after_aot" in path,
+        f"{_T}/_dynamo/repro/after_aot.py", "deferred_for_real_inputs"),
+    _fk("dynamo_exc", "trace", lambda path, func, code, t: _in_dynamo(path) and path.endswith("exc.py"),
+        f"{_T}/_dynamo/exc.py", "unimplemented"),
+    _fk("dynamo_tracing", "trace", lambda path, func, code, t: _in_dynamo(path)
+        and any(k in path for k in _DYNAMO_TRACING),
+        f"{_T}/_dynamo/symbolic_convert.py", "CALL_FUNCTION"),
+    # building the shape-env guards: produce_guards raises dynamic-shape errors here
+    _fk("shape_guards", "shapes", lambda path, func, code, t: _in_dynamo(path) and path.endswith("guards.py")
+        and func in _SHAPE_GUARD_FUNCS,
+        f"{_T}/_dynamo/guards.py", "SHAPE_ENV"),
+    _fk("dynamo_bookkeeping", "dynamo_internal", lambda path, func, code, t: _in_dynamo(path)
+        and path.endswith(_DYNAMO_BOOKKEEPING),
+        f"{_T}/_dynamo/output_graph.py", "compile_subgraph"),
+    _fk("dynamo_outer", "dynamo_outer", lambda path, func, code, t: _in_dynamo(path)
+        and path.endswith(_DYNAMO_OUTER),
+        f"{_T}/_dynamo/convert_frame.py", "_compile"),
+    _fk("dynamo", "torch", lambda path, func, code, t: _in_dynamo(path),
+        f"{_T}/_dynamo/polyfills/__init__.py", "index"),
+    _fk("export", "export", lambda path, func, code, t: "/export/" in path or "/_export/" in path,
+        f"{_T}/export/_trace.py", "_export"),
+    _fk("shapes", "shapes",
+        lambda path, func, code, t: path.endswith("symbolic_shapes.py") or "/_subclasses/" in path,
+        f"{_T}/fx/experimental/symbolic_shapes.py", "evaluate_expr"),
+    _fk("torch_assert", "generated", lambda path, func, code, t: path.endswith("torch/__init__.py")
+        and func == "_assert",
+        f"{_T}/__init__.py", "_assert"),
+    _fk("graph_module_call", "generated", lambda path, func, code, t: "/fx/" in path
+        and func in ("call_wrapped", "__call__") and "graph_module" in path,
+        f"{_T}/fx/graph_module.py", "call_wrapped"),
+    _fk("torch", "torch", lambda path, func, code, t: True, f"{_T}/nn/modules/module.py", "_call_impl"),
+)
+
+
 def _frame_kind(f: Frame) -> str:
     """Which part of the stack a frame belongs to: generated, compile, runtime, trace, export,
-    triton, dynamo_internal, dynamo_outer, shapes, torch, user, lib."""
-    path = f.file.replace("\\", "/")
-    func = f.function.rsplit(".", 1)[-1]  # IPython names methods with their class: OutputGraph.call_user_compiler
-    if GENERATED_DIR.search(path) or "<eval_with_key>" in path:
-        return "compile" if func == "<module>" else "generated"
-    if ("/triton/" in path or path.startswith("triton/")) and "/torch/" not in path:
-        return "triton"
-    if path.endswith("triton_kernel_wrap.py"):
-        return "triton"
-    if _CALLS_EXPORT.search(f.code or ""):
-        return "export"  # the line calls torch.export (or torch._dynamo.export): what follows is export
-    if not f.in_torch:
-        return "user" if not re.search(r"site-packages|dist-packages|/lib/python|^<", path) else "lib"
-    if "/_inductor/" in path or path.startswith("torch/_inductor"):
-        if path.endswith(("triton_heuristics.py", "autotune.py")):
-            return "triton" if "compile" in func else "runtime"
-        if func == "triton" or "triton_kernel" in func or ".precompile(" in (f.code or ""):
-            return "triton"  # async_compile.triton, loading or precompiling a Triton kernel
-        if path.endswith("/_inductor/graph.py"):
-            return "compile"  # GraphLowering: its run / run_node interpret the FX graph to lower it
-        if path.endswith(("output_code.py", "cudagraph_trees.py", "cudagraph_utils.py")) \
-                or "runtime_wrappers" in path or func in ("run", "__call__", "forward", "call", "_run"):
-            return "runtime"
-        if "/_inductor/runtime/" in path and "compile" not in func and "load" not in func:
-            return "runtime"
-        return "compile"
-    if "/_functorch/" in path:
-        # jit_compile_runtime_wrappers.py compiles (aot_dispatch_base ...); its forward/backward run
-        at_runtime = "runtime_wrappers" in path and "jit_compile_runtime_wrappers" not in path
-        if at_runtime or func in ("forward", "backward", "runtime_wrapper", "call_func_at_runtime_with_args"):
-            return "runtime"
-        return "compile"
-    if "/_dynamo/" in path:
-        if func in ("call_user_compiler", "_call_user_compiler") or "/repro/after_dynamo" in path \
-                or "/backends/" in path:
-            return "compile"
-        if "/repro/after_aot" in path:
-            # debug_wrapper calls the compiler; deferred_for_real_inputs / inner_debug_fn run the result
-            return "compile" if func == "debug_wrapper" else "runtime"
-        if path.endswith("exc.py"):
-            return "trace"
-        if any(k in path for k in _DYNAMO_TRACING):
-            return "trace"
-        if path.endswith("guards.py") and func in _SHAPE_GUARD_FUNCS:
-            return "shapes"  # building the shape-env guards: produce_guards raises dynamic-shape errors here
-        if path.endswith(_DYNAMO_BOOKKEEPING):
-            return "dynamo_internal"
-        if path.endswith(_DYNAMO_OUTER):
-            return "dynamo_outer"
-        return "torch"
-    if "/export/" in path or "/_export/" in path:
-        return "export"
-    if path.endswith("symbolic_shapes.py") or "/_subclasses/" in path:
-        return "shapes"
-    if path.endswith("torch/__init__.py") and func == "_assert":
-        return "generated"
-    if "/fx/" in path and func in ("call_wrapped", "__call__") and "graph_module" in path:
-        return "generated"
-    return "torch"
+    triton, dynamo_internal, dynamo_outer, shapes, torch, user, lib (the first row of FRAME_KINDS that applies)."""
+    return _frame_kind_row(f).kind
+
+
+def _frame_kind_row(f: Frame) -> FrameKind:
+    """The first row of FRAME_KINDS that applies to the frame (the last row applies to any)."""
+    path, func, code = f.file.replace("\\", "/"), f.function.rsplit(".", 1)[-1], f.code or ""
+    return next(row for row in FRAME_KINDS if row.applies(path, func, code, f.in_torch))
 
 
 @dataclass
