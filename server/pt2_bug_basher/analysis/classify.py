@@ -46,6 +46,8 @@ from .failure import (
     Frame,
     LineIndex,
     ParsedFailure,
+    _Block,
+    _Exc,
     _match_frame,
     compiled_callable_frame,
     last_line,
@@ -640,104 +642,128 @@ MESSAGE_RULES: tuple[MessageRule, ...] = (
 def _structural(p: ParsedFailure, hits: list[_Hit], text: str = "") -> dict:
     """Evidence from the final exception, its chain and frames. Returns facts used later."""
     facts: dict = {"final_category": None, "wrapped_triton": False, "frame_phase": None}
-    fe = p.final_exc
-    final_blk = None
-    for b in reversed(p.blocks):
-        if b.exc is not None or b.frames:
-            final_blk = b
-            break
-    frames = final_blk.frames if final_blk else []
-    if final_blk is not None and final_blk.exc is None and final_blk.frame_lines \
-            and _line_above(text, final_blk.frame_lines[0][1]).endswith("Created at:"):
-        frames = []  # a guard's creation stack (logged when building the guard failed), not an error's
+    final_blk, frames = _final_frames(p, text)
     kinds = [_frame_kind(f) for f in frames]
-
-    def add(cat: str, w: float, rule: str, line_no: int = -1, text: str = "") -> None:
-        hits.append(_Hit(-1, line_no, text, rule, cat, w))
-
-    if p.signal_name:
-        ln, txt = p.fatal_line if p.fatal_line else (-1, "")
-        if p.signal_name in EXTERNAL_SIGNALS:  # killed from outside: weak evidence of a crash
-            add("runtime_crash", 2.0, f"signal:{p.signal_name}", ln, txt)
-        else:
-            add("runtime_crash", 6.0, f"signal:{p.signal_name}", ln, txt)
-            facts["final_category"] = "runtime_crash"
-
+    _signal_evidence(p, hits, facts)
+    fe = p.final_exc
     if fe is not None:
-        types = [fe.type or ""] + p.wrapped_types
-        short = [t.rsplit(".", 1)[-1] for t in types if t]
-        msg = fe.message or ""
-        final_short = short[0] if short else ""
-        cat = None
-        weight = 0.0
-        rule = ""
-        for names, c, w in _TYPE_RULES:
-            hit = next((s for s in short if s in names), None)
-            if hit is not None:
-                # the outermost recognised type decides, except that a wrapped Triton error wins
-                cat, weight, rule = c, w, f"exception:{hit}"
-                break
-        # Triton errors wrapped by the backend
-        wrapped_triton = any(s in ("OutOfResources", "PTXASError", "CompilationError") for s in short[1:]) \
-            or any(t.startswith("triton.") for t in types) \
-            or (final_short in ("BackendCompilerFailed", "InductorError") and
-                ("triton" in kinds or bool(_TRITON_MSG.search(msg[:400]))))
-        if wrapped_triton and cat in (None, "backend_compiler_failed", "triton"):
-            facts["wrapped_triton"] = True
-            if cat == "backend_compiler_failed":
-                add("backend_compiler_failed", 3.0, rule, fe.line_no, fe.line)
-            cat, weight, rule = "triton", 6.0, "exception:triton"
-        refined = next((r for r in REFINEMENTS if r.placed == cat and r.type in (None, final_short)
-                        and r.pattern.search(msg.strip())), None)
-        if refined is not None:
-            cat, weight, rule = refined.category, refined.weight, refined.rule
-        placed = None if cat is not None else next(
-            (r for r in MESSAGE_RULES if (r.types is None or final_short in r.types)
-             and r.pattern.search(msg if r.head is None else msg[:r.head])), None)
-        if placed is not None:
-            cat, weight, rule = placed.category, placed.weight, placed.rule
-        if placed is not None and placed.rule == CUDA_RULE:
-            if "device-side assert" in msg and ("Triton Error" in msg or "triton" in kinds):
-                # an assert raised from a generated Triton kernel: a Triton kernel error
-                add("runtime_crash", 2.0, rule, fe.line_no, fe.line)
-                cat, rule = "triton", "exception:triton_device_assert"
-            elif "triton" in kinds or "Triton" in msg:
-                add("triton", 2.0, "frames:triton", fe.line_no, fe.line)
-        if cat in ("backend_compiler_failed", "dynamo_internal") and any(s in _DYNAMIC_SHAPES_TYPES for s in short[1:]):
-            # a dynamic-shapes error wrapped by the backend or by Dynamo
-            add(cat, 2.0, rule, fe.line_no, fe.line)
-            cat, weight, rule = "dynamic_shapes", 5.5, "exception:wrapped_dynamic_shapes"
-        if cat is None and final_short == "AssertionError" and _compared_outputs(
-                msg, frames, kinds, "" if frames else _line_above(text, fe.line)):
-            # a bare assert in user code right after comparing outputs: weak alone (the compile-off run decides)
-            cat, weight, rule = "accuracy", 1.5, "exception:user_assert_compare"
-        deciding = -1
-        if cat is None and compiled_callable_frame(p) is not None:
-            # raised in a function of the script that the compiled code called (what the script's backend
-            # returned): the compiled code's run, not Dynamo's, whose frames are only its callers
-            cat, weight, rule = "runtime_crash", 4.0, "frames:compiled_callable"
-        if cat is None:
-            # a generic exception (or one we do not know): the frames say where it was raised
-            known = final_short in _GENERIC_TYPES or final_short.endswith(("Error", "Exception"))
-            cat, weight, rule, deciding = _from_frames(kinds, frames, msg, strong=known)
+        cat, weight, rule, deciding = _exception_category(p, fe, frames, kinds, text, hits, facts)
         if cat is not None:
-            add(cat, weight, rule, fe.line_no, fe.line)
+            _add(hits, cat, weight, rule, fe.line_no, fe.line)
             if deciding >= 0 and final_blk is not None and deciding < len(final_blk.frame_lines):
                 ln, raw = final_blk.frame_lines[deciding]
-                add(cat, 1.0, rule, ln, raw)
+                _add(hits, cat, 1.0, rule, ln, raw)
             facts["final_category"] = facts["final_category"] or cat
     elif frames:
         cat, weight, rule, deciding = _from_frames(kinds, frames, "", strong=False)
         if cat is not None:
             if final_blk is not None and 0 <= deciding < len(final_blk.frame_lines):
                 ln, raw = final_blk.frame_lines[deciding]
-                add(cat, weight, rule, ln, raw)
+                _add(hits, cat, weight, rule, ln, raw)
             else:
-                add(cat, weight, rule)
+                _add(hits, cat, weight, rule)
             facts["final_category"] = facts["final_category"] or cat
-
     facts["frame_phase"] = _phase_from_kinds(kinds)
     return facts
+
+
+def _add(hits: list[_Hit], cat: str, w: float, rule: str, line_no: int = -1, text: str = "") -> None:
+    hits.append(_Hit(-1, line_no, text, rule, cat, w))
+
+
+def _final_frames(p: ParsedFailure, text: str) -> tuple[_Block | None, list[Frame]]:
+    """The last block with an exception or frames, and the frames that tell where the failure happened."""
+    final_blk = next((b for b in reversed(p.blocks) if b.exc is not None or b.frames), None)
+    frames = final_blk.frames if final_blk else []
+    if final_blk is not None and final_blk.exc is None and final_blk.frame_lines \
+            and _line_above(text, final_blk.frame_lines[0][1]).endswith("Created at:"):
+        frames = []  # a guard's creation stack (logged when building the guard failed), not an error's
+    return final_blk, frames
+
+
+def _signal_evidence(p: ParsedFailure, hits: list[_Hit], facts: dict) -> None:
+    if p.signal_name:
+        ln, txt = p.fatal_line if p.fatal_line else (-1, "")
+        if p.signal_name in EXTERNAL_SIGNALS:  # killed from outside: weak evidence of a crash
+            _add(hits, "runtime_crash", 2.0, f"signal:{p.signal_name}", ln, txt)
+        else:
+            _add(hits, "runtime_crash", 6.0, f"signal:{p.signal_name}", ln, txt)
+            facts["final_category"] = "runtime_crash"
+
+
+def _exception_category(p: ParsedFailure, fe: _Exc, frames: list[Frame], kinds: list[str], text: str,
+                        hits: list[_Hit], facts: dict) -> tuple[str | None, float, str, int]:
+    """The category the final exception gives (by its types, its message, then its frames), its weight and rule,
+    and the index of the deciding frame (-1: none). Lesser evidence met on the way goes to `hits`."""
+    types = [fe.type or ""] + p.wrapped_types
+    short = [t.rsplit(".", 1)[-1] for t in types if t]
+    msg = fe.message or ""
+    final_short = short[0] if short else ""
+    cat, weight, rule = _by_type(short)
+    if _wrapped_triton(types, short, kinds, msg) and cat in (None, "backend_compiler_failed", "triton"):
+        facts["wrapped_triton"] = True
+        if cat == "backend_compiler_failed":
+            _add(hits, "backend_compiler_failed", 3.0, rule, fe.line_no, fe.line)
+        cat, weight, rule = "triton", 6.0, "exception:triton"
+    refined = next((r for r in REFINEMENTS if r.placed == cat and r.type in (None, final_short)
+                    and r.pattern.search(msg.strip())), None)
+    if refined is not None:
+        cat, weight, rule = refined.category, refined.weight, refined.rule
+    placed = None if cat is not None else next(
+        (r for r in MESSAGE_RULES if (r.types is None or final_short in r.types)
+         and r.pattern.search(msg if r.head is None else msg[:r.head])), None)
+    if placed is not None:
+        cat, weight, rule = placed.category, placed.weight, placed.rule
+        if placed.rule == CUDA_RULE:
+            cat, rule = _cuda_error(fe, kinds, placed.category, rule, hits)
+    if cat in ("backend_compiler_failed", "dynamo_internal") and any(s in _DYNAMIC_SHAPES_TYPES for s in short[1:]):
+        # a dynamic-shapes error wrapped by the backend or by Dynamo
+        _add(hits, cat, 2.0, rule, fe.line_no, fe.line)
+        cat, weight, rule = "dynamic_shapes", 5.5, "exception:wrapped_dynamic_shapes"
+    if cat is not None:
+        return cat, weight, rule, -1
+    if final_short == "AssertionError" and _compared_outputs(
+            msg, frames, kinds, "" if frames else _line_above(text, fe.line)):
+        # a bare assert in user code right after comparing outputs: weak alone (the compile-off run decides)
+        return "accuracy", 1.5, "exception:user_assert_compare", -1
+    if compiled_callable_frame(p) is not None:
+        # raised in a function of the script that the compiled code called (what the script's backend
+        # returned): the compiled code's run, not Dynamo's, whose frames are only its callers
+        return "runtime_crash", 4.0, "frames:compiled_callable", -1
+    # a generic exception (or one we do not know): the frames say where it was raised
+    known = final_short in _GENERIC_TYPES or final_short.endswith(("Error", "Exception"))
+    return _from_frames(kinds, frames, msg, strong=known)
+
+
+def _by_type(short: list[str]) -> tuple[str | None, float, str]:
+    """The first type rule naming one of the exception's types (outermost first), its weight and rule."""
+    for names, c, w in _TYPE_RULES:
+        hit = next((s for s in short if s in names), None)
+        if hit is not None:
+            # the outermost recognised type decides, except that a wrapped Triton error wins
+            return c, w, f"exception:{hit}"
+    return None, 0.0, ""
+
+
+def _wrapped_triton(types: list[str], short: list[str], kinds: list[str], msg: str) -> bool:
+    """A Triton error wrapped by the backend."""
+    final_short = short[0] if short else ""
+    return any(s in ("OutOfResources", "PTXASError", "CompilationError") for s in short[1:]) \
+        or any(t.startswith("triton.") for t in types) \
+        or (final_short in ("BackendCompilerFailed", "InductorError") and
+            ("triton" in kinds or bool(_TRITON_MSG.search(msg[:400]))))
+
+
+def _cuda_error(fe: _Exc, kinds: list[str], cat: str, rule: str, hits: list[_Hit]) -> tuple[str, str]:
+    """A CUDA error placed by its message: an assert raised from a generated Triton kernel is a Triton kernel
+    error; Triton's frames or name beside any other are evidence of triton."""
+    msg = fe.message or ""
+    if "device-side assert" in msg and ("Triton Error" in msg or "triton" in kinds):
+        _add(hits, "runtime_crash", 2.0, rule, fe.line_no, fe.line)
+        return "triton", "exception:triton_device_assert"
+    if "triton" in kinds or "Triton" in msg:
+        _add(hits, "triton", 2.0, "frames:triton", fe.line_no, fe.line)
+    return cat, rule
 
 
 def _from_frames(kinds: list[str], frames: list[Frame], msg: str, *,
