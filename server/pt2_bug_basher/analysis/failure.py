@@ -374,6 +374,26 @@ def _read_user_code(lines: _Lines, block: _Block, limit: int = 200) -> tuple[int
     return None
 
 
+@dataclass
+class _BlockState:
+    """What _parse_block has read of one traceback block so far."""
+
+    block: _Block
+    lines: _Lines
+    header: bool  # the block's first line is its header (`Traceback (most recent call last):`)
+    jupyter_type: str | None
+    last_frame: Frame | None = None
+    exc: _Exc | None = None
+    msg_lines: list[str] = field(default_factory=list)
+    msg_len: int = 0
+    in_message: bool = False
+    blank_run: int = 0
+
+
+# what a line tells _parse_block: read the next one, stop, or stop before the line (a new excerpt starts there)
+_LineOutcome = Literal["next", "stop", "new_excerpt"]
+
+
 def _parse_block(text: str, start: int, start_line_no: int, stop: int, *, jupyter_type: str | None,
                  first_line_is_header: bool) -> tuple[_Block, int, int]:
     """Parse one traceback block from text[start:stop].
@@ -381,16 +401,10 @@ def _parse_block(text: str, start: int, start_line_no: int, stop: int, *, jupyte
     Returns the block, and the offset and line number where parsing stopped: the end of the
     region, or (for blocks without header) the first frame of a following traceback.
     """
-    block = _Block()
-    lines = _Lines(text, start, start_line_no)
+    st = _BlockState(_Block(), _Lines(text, start, start_line_no), first_line_is_header, jupyter_type)
+    lines = st.lines
     if first_line_is_header:
         lines.next()
-    last_frame: Frame | None = None
-    exc: _Exc | None = None
-    msg_lines: list[str] = []
-    msg_len = 0
-    in_message = False
-    blank_run = 0
     count = 0
     while lines.pos < stop and count < _MAX_BLOCK_LINES:
         line_pos, line_no0 = lines.pos, lines.line_no
@@ -400,85 +414,111 @@ def _parse_block(text: str, start: int, start_line_no: int, stop: int, *, jupyte
         count += 1
         no, raw = item
         s = strip_prefix(raw if len(raw) <= 4000 else raw[:4000])
-        if in_message:
-            if _is_message_end(s):
-                in_message = False
-                if s.startswith("from user code:") and _read_user_code(lines, block) is None:
-                    break
-                continue
-            if not s.strip():
-                blank_run += 1
-                if blank_run >= 3:
-                    in_message = False
-                continue
-            if not first_line_is_header and blank_run and _match_frame(s):
-                # a new traceback excerpt starts
-                lines.pos, lines.line_no = line_pos, line_no0
-                break
-            if exc is not None and len(exc.diagnostics) < 3 and "error: " in s and _DIAGNOSTIC.search(s):
-                exc.diagnostics.append(s.strip()[:300])
-            if len(msg_lines) < _MAX_MESSAGE_LINES and msg_len < MESSAGE_LIMIT:
-                if blank_run:
-                    msg_lines.append("")
-                msg_lines.append(s.rstrip())
-                msg_len += len(s)
-            blank_run = 0
-            continue
-        if exc is not None:
-            # after the message: a user-code section, or (without header) a new excerpt
-            if s.startswith("from user code:"):
-                _read_user_code(lines, block)
-            elif not first_line_is_header and _match_frame(s):
-                lines.pos, lines.line_no = line_pos, line_no0
-                break
-            continue
-        if not s.strip():
-            continue
-        m = _match_frame(s)
-        if m:
-            last_frame = _frame_from_match(m)
-            block.frames.append(last_frame)
-            block.frame_lines.append((no, raw))
-            continue
-        st = s.lstrip()
-        if st.startswith("->") or st.startswith("-->"):  # IPython marks the line: `-> 3048` (JupyterLab), `---> 15`
-            am = _IPY_ARROW.match(st)
-            if am and last_frame is not None:
-                if not last_frame.line:
-                    last_frame.line = int(am.group("line"))
-                if last_frame.code is None:
-                    last_frame.code = am.group("code").strip()[:300] or None
-            continue
-        if s[0] in " \t":
-            if last_frame is not None and last_frame.code is None:
-                code = st.strip()
-                if code and code.strip("^~ ") and not code[:1].isdigit():
-                    last_frame.code = code[:300]
-            continue
-        if st.startswith(("(...)", "[... skipping", "... ", "-----")) or st.endswith(" frames"):
-            continue
-        if st.startswith(("During handling", "The above exception")):
-            continue
-        # a column-0 line that is not a frame: the exception line (if it looks like one)
-        etype, emsg = _split_exc(s)
-        if etype is None and (jupyter_type or not block.frames or not first_line_is_header):
-            continue
-        exc = _Exc(type=etype, message=emsg, line_no=no, line=raw)
-        msg_lines = [emsg.rstrip()] if emsg else []
-        msg_len = len(emsg)
-        in_message = True
-        blank_run = 0
+        if st.in_message:
+            outcome = _message_line(st, s)
+        elif st.exc is not None:
+            outcome = _after_message_line(st, s)
+        else:
+            outcome = _frames_line(st, no, raw, s)
+        if outcome == "new_excerpt":
+            lines.pos, lines.line_no = line_pos, line_no0
+        if outcome != "next":
+            break
+    st.block.exc = _finished_exc(st, start_line_no)
+    return st.block, lines.pos, lines.line_no
+
+
+def _message_line(st: _BlockState, s: str) -> _LineOutcome:
+    """A line of the exception's message, or the line that ends it."""
+    if _is_message_end(s):
+        st.in_message = False
+        if s.startswith("from user code:") and _read_user_code(st.lines, st.block) is None:
+            return "stop"
+        return "next"
+    if not s.strip():
+        st.blank_run += 1
+        if st.blank_run >= 3:
+            st.in_message = False
+        return "next"
+    if not st.header and st.blank_run and _match_frame(s):
+        return "new_excerpt"
+    exc = st.exc
+    if exc is not None and len(exc.diagnostics) < 3 and "error: " in s and _DIAGNOSTIC.search(s):
+        exc.diagnostics.append(s.strip()[:300])
+    if len(st.msg_lines) < _MAX_MESSAGE_LINES and st.msg_len < MESSAGE_LIMIT:
+        if st.blank_run:
+            st.msg_lines.append("")
+        st.msg_lines.append(s.rstrip())
+        st.msg_len += len(s)
+    st.blank_run = 0
+    return "next"
+
+
+def _after_message_line(st: _BlockState, s: str) -> _LineOutcome:
+    """A line after the message: a user-code section, or (without header) a new excerpt."""
+    if s.startswith("from user code:"):
+        _read_user_code(st.lines, st.block)
+    elif not st.header and _match_frame(s):
+        return "new_excerpt"
+    return "next"
+
+
+def _frames_line(st: _BlockState, no: int, raw: str, s: str) -> _LineOutcome:
+    """A line before the exception line: a frame, its code, a line to skip, or the exception line."""
+    if not s.strip():
+        return "next"
+    m = _match_frame(s)
+    if m:
+        st.last_frame = _frame_from_match(m)
+        st.block.frames.append(st.last_frame)
+        st.block.frame_lines.append((no, raw))
+        return "next"
+    last_frame = st.last_frame
+    ls = s.lstrip()
+    if ls.startswith("->") or ls.startswith("-->"):  # IPython marks the line: `-> 3048` (JupyterLab), `---> 15`
+        am = _IPY_ARROW.match(ls)
+        if am and last_frame is not None:
+            if not last_frame.line:
+                last_frame.line = int(am.group("line"))
+            if last_frame.code is None:
+                last_frame.code = am.group("code").strip()[:300] or None
+        return "next"
+    if s[0] in " \t":
+        if last_frame is not None and last_frame.code is None:
+            code = ls.strip()
+            if code and code.strip("^~ ") and not code[:1].isdigit():
+                last_frame.code = code[:300]
+        return "next"
+    if ls.startswith(("(...)", "[... skipping", "... ", "-----")) or ls.endswith(" frames"):
+        return "next"
+    if ls.startswith(("During handling", "The above exception")):
+        return "next"
+    # a column-0 line that is not a frame: the exception line (if it looks like one)
+    etype, emsg = _split_exc(s)
+    if etype is None and (st.jupyter_type or not st.block.frames or not st.header):
+        return "next"
+    st.exc = _Exc(type=etype, message=emsg, line_no=no, line=raw)
+    st.msg_lines = [emsg.rstrip()] if emsg else []
+    st.msg_len = len(emsg)
+    st.in_message = True
+    st.blank_run = 0
+    return "next"
+
+
+def _finished_exc(st: _BlockState, start_line_no: int) -> _Exc | None:
+    """The block's exception with its whole message; a Jupyter header's type when no exception line was read."""
+    exc = st.exc
     if exc is not None:
+        msg_lines = st.msg_lines
         while msg_lines and not msg_lines[-1].strip():
             msg_lines.pop()
         if exc.diagnostics and not any(d in msg_lines for d in exc.diagnostics):
             # keep the compiler's own error lines even when the command line fills the message
             msg_lines[1:1] = exc.diagnostics
         exc.message = "\n".join(msg_lines)[:MESSAGE_LIMIT]
-    elif jupyter_type:
-        exc = _Exc(type=jupyter_type, message="", line_no=start_line_no, line="")
-    block.exc = exc
-    return block, lines.pos, lines.line_no
+    elif st.jupyter_type:
+        exc = _Exc(type=st.jupyter_type, message="", line_no=start_line_no, line="")
+    return exc
 
 
 def _line_start(text: str, pos: int) -> int:
