@@ -5,14 +5,15 @@ from __future__ import annotations
 import functools
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 import anyio
 from pydantic import BaseModel, Field
 
 from pt2_bug_basher.analysis.failure import Frame, own_backend_frame, parse, triton_outside_torch
-from pt2_bug_basher.analysis.learned import TOKEN_PATTERN, similar_reports
+from pt2_bug_basher.analysis.learned import TOKEN_PATTERN, SimilarReport, similar_reports
 from pt2_bug_basher.analysis.suspects import exception_suspects
+from pt2_bug_basher.case.store import CaseRecord
 from pt2_bug_basher.case.workflow import CaseStatus, Workflow
 from pt2_bug_basher.domain.calls import format_call
 from pt2_bug_basher.domain.errors import InvalidInput
@@ -86,97 +87,165 @@ class ClassifyResult(BaseModel):
     next_step: str
 
 
+class _Input(NamedTuple):
+    """What classify_error reads: the text, and for a run of a case, that run's case, exit, signal and script."""
+
+    case_id: str | None
+    text: str
+    exit_code: int | None = None
+    signal_name: str | None = None
+    script: str | None = None
+
+
 async def classify_error(
     state: AppState, case_id: str | None = None, text: str | None = None, run_id: str | None = None,
 ) -> ClassifyResult:
     """Classify error text or a run's stderr; with a case, record it as the case's classification."""
-    from pt2_bug_basher.analysis.classify import classify, guessed
+    from pt2_bug_basher.analysis.classify import classify
 
-    if (text is None) == (run_id is None):
-        raise InvalidInput("pass exactly one of text (the error output) or run_id (a run of the case).")
-    exit_code = signal_name = None
-    script = None
-    if run_id is not None:
-        run = state.store.get_run(run_id, case_id)
-        case_id = case_id or run.case_id
-        text = Path(run.stderr_path).read_text(errors="replace") if run.stderr_path else ""
-        exit_code, signal_name = run.exit_code, run.signal
-        script = script_of(run.argv)
+    given = _input(state, case_id, text, run_id)
     # in a worker thread: the learned model (the last guess, and similar reports) is fitted once per process
     result = await anyio.to_thread.run_sync(
-        functools.partial(classify, text or "", exit_code=exit_code, signal_name=signal_name))
-    similar = await anyio.to_thread.run_sync(similar_reports, text or "")
+        functools.partial(classify, given.text, exit_code=given.exit_code, signal_name=given.signal_name))
+    similar = await anyio.to_thread.run_sync(similar_reports, given.text)
+    out = _reading(state, result, similar, given.text)
+    if given.case_id is None:
+        return await _from_paste(state, out, result, given)
+    return await _for_case(state, given.case_id, out, result, given, run_id)
+
+
+def _input(state: AppState, case_id: str | None, text: str | None, run_id: str | None) -> _Input:
+    """The text to classify: the one given, or the run's stderr (with the run's case when none is given)."""
+    if (text is None) == (run_id is None):
+        raise InvalidInput("pass exactly one of text (the error output) or run_id (a run of the case).")
+    if run_id is None:
+        return _Input(case_id, text or "")
+    run = state.store.get_run(run_id, case_id)
+    return _Input(case_id or run.case_id,
+                  Path(run.stderr_path).read_text(errors="replace") if run.stderr_path else "",
+                  run.exit_code, run.signal, script_of(run.argv))
+
+
+def _reading(state: AppState, result: Classification, similar: list[SimilarReport], text: str) -> ClassifyResult:
+    """The text's reading as a result, before a case or a paste decides its diagnostic and next step."""
     failure = result.failure
-    out = ClassifyResult(
+    return ClassifyResult(
         category=result.category, secondary=list(result.secondary), confidence=result.confidence,
         evidence=[EvidenceLineOut(line_no=e.line_no, text=e.text, rule=e.rule) for e in result.evidence],
         compile_mode=result.compile_mode, phase=result.phase,
         exception_type=failure.exception_type if failure else None,
         signature=failure.signature if failure else None,
-        suspects=exception_suspects(text or "") if result.category != "accuracy" else [],
+        suspects=exception_suspects(text) if result.category != "accuracy" else [],
         similar_reports=[SimilarReportOut(url=r.url, label=r.label, subcategory=r.subcategory,
                                           similarity=r.similarity) for r in similar],
         diagnostic="", guide=guide(result.category, _layer_named(result), _torch_checkout(state.config.default_repo)),
         recorded=False, next_step="",
     )
-    if case_id is None:
-        # the paste parsed once, in a worker thread: whose code raised, and which environment it ran in
-        backend, own_kernel, python, lone = await anyio.to_thread.run_sync(_paste_facts, text or "",
-                                                                           result.category)
-        lone_guess = lone and (guessed(result) or result.category == "unknown")
-        if backend is not None or own_kernel or lone_guess:
-            # the script's own code failed, or a lone line does not say whose code did: the reproduction's verdict
-            # settles whose bug it is before any of the compiler's diagnostics, and no guide of a category applies
-            out.diagnostic = format_call(ToolName.run_with_logs, case_id="<case_id>", script=script or "<repro.py>",
-                                         repeat=2)
-            out.suspects = []
-            out.guide = out.guide.model_copy(update={
-                "source_files": [backend.file] if backend else [], "test_files": [], "not_present": [],
-                "config_knobs": [], "minify_level": None, "minify_after": None, "minify_mode": None,
-                "outside_graph": None, "log_preset": None})
-            if own_kernel:
-                out.phase = None
-        else:
-            out.diagnostic = _reproducing_diagnostic(result.category, script)
-            if python is None:  # the traceback's torch is not on this machine: its line numbers are its own
-                out.suspects = [s.model_copy(update={"why": f"{s.why}; line {s.line} of the pasted traceback's "
-                                                            "torch, which may differ from this checkout's"})
-                                for s in out.suspects]
-        if lone_guess:
-            out.next_step = LONE_LINE_NOTE + _opening(python) + f", then reproduce: {out.diagnostic}"
-        elif result.category == "unknown":
-            out.next_step = ("The text shows no known failure pattern. Pass the full stderr (the last exception and "
-                             "the lines before it), or reproduce it with run_with_logs and classify the run_id.")
-        elif backend is not None or own_kernel:
-            out.next_step = _opening(python) + f", then reproduce: {out.diagnostic}"
-        else:
-            out.next_step = _without_a_case(result.category, out.diagnostic, python)
-        designed = _by_design(result)
-        if designed is not None:
-            out.guide = _by_design_guide(out.guide, designed, _torch_checkout(state.config.default_repo))
-            out.next_step = ("Only if the script's view does not overlap, debug the compiler: "
-                             + out.next_step[:1].lower() + out.next_step[1:])
-        out.next_step = (_caveat(result) + _rule_note(result, text or "") + _own_backend_note(backend)
-                         + (OWN_KERNEL_NOTE if own_kernel else "")
-                         + _known_report_note(out.similar_reports, text or "", by_design=designed is not None)
-                         + out.next_step)
-        if "<repro.py>" in out.next_step:
-            out.next_step += (" (<repro.py>: the script that fails this way; for a pasted error without one, write "
-                              "a small script from the report first)")
-        return out
+
+
+async def _from_paste(state: AppState, out: ClassifyResult, result: Classification, given: _Input) -> ClassifyResult:
+    """Without a case: the diagnostic and the calls that lead to it, with what the paste itself says first."""
+    from pt2_bug_basher.analysis.classify import guessed
+
+    # the paste parsed once, in a worker thread: whose code raised, and which environment it ran in
+    facts = await anyio.to_thread.run_sync(_paste_facts, given.text, result.category)
+    lone_guess = facts.lone and (guessed(result) or result.category == "unknown")
+    _paste_diagnostic(out, result, facts, lone_guess, given.script)
+    out.next_step = _paste_next_step(result, facts, lone_guess, out.diagnostic)
+    designed = _by_design(result)
+    if designed is not None:
+        out.guide = _by_design_guide(out.guide, designed, _torch_checkout(state.config.default_repo))
+        out.next_step = ("Only if the script's view does not overlap, debug the compiler: "
+                         + out.next_step[:1].lower() + out.next_step[1:])
+    out.next_step = (_caveat(result) + _rule_note(result, given.text) + _own_backend_note(facts.backend)
+                     + (OWN_KERNEL_NOTE if facts.own_kernel else "")
+                     + _known_report_note(out.similar_reports, given.text, by_design=designed is not None)
+                     + out.next_step)
+    if "<repro.py>" in out.next_step:
+        out.next_step += (" (<repro.py>: the script that fails this way; for a pasted error without one, write "
+                          "a small script from the report first)")
+    return out
+
+
+def _paste_diagnostic(out: ClassifyResult, result: Classification, facts: _PasteFacts, lone_guess: bool,
+                      script: str | None) -> None:
+    """A paste's diagnostic: the reproduction first where the script's own code raised or a lone line does not
+    say whose did; else the category's, with suspects of a torch not on this machine said to be its own."""
+    if facts.backend is not None or facts.own_kernel or lone_guess:
+        # the script's own code failed, or a lone line does not say whose code did: the reproduction's verdict
+        # settles whose bug it is before any of the compiler's diagnostics, and no guide of a category applies
+        out.diagnostic = format_call(ToolName.run_with_logs, case_id="<case_id>", script=script or "<repro.py>",
+                                     repeat=2)
+        out.suspects = []
+        out.guide = out.guide.model_copy(update={
+            "source_files": [facts.backend.file] if facts.backend else [], "test_files": [], "not_present": [],
+            "config_knobs": [], "minify_level": None, "minify_after": None, "minify_mode": None,
+            "outside_graph": None, "log_preset": None})
+        if facts.own_kernel:
+            out.phase = None
+        return
+    out.diagnostic = _reproducing_diagnostic(result.category, script)
+    if facts.python is None:  # the traceback's torch is not on this machine: its line numbers are its own
+        out.suspects = [s.model_copy(update={"why": f"{s.why}; line {s.line} of the pasted traceback's "
+                                                    "torch, which may differ from this checkout's"})
+                        for s in out.suspects]
+
+
+def _paste_next_step(result: Classification, facts: _PasteFacts, lone_guess: bool, diagnostic: str) -> str:
+    """The calls that lead from a paste to its diagnostic."""
+    if lone_guess:
+        return LONE_LINE_NOTE + _opening(facts.python) + f", then reproduce: {diagnostic}"
+    if result.category == "unknown":
+        return ("The text shows no known failure pattern. Pass the full stderr (the last exception and "
+                "the lines before it), or reproduce it with run_with_logs and classify the run_id.")
+    if facts.backend is not None or facts.own_kernel:
+        return _opening(facts.python) + f", then reproduce: {diagnostic}"
+    return _without_a_case(result.category, diagnostic, facts.python)
+
+
+async def _for_case(state: AppState, case_id: str, out: ClassifyResult, result: Classification, given: _Input,
+                    run_id: str | None) -> ClassifyResult:
+    """With a case: the category its reproduction settled stands, recorded; the guide takes localize's
+    suspects and layer; the diagnostic is one the case has not run yet."""
     case = state.store.get_case(case_id)
     current = await anyio.to_thread.run_sync(lambda: state.workflow(case_id).current_script())
-    ran = script
-    script = script or current
-    category: str = result.category
-    settled = _settled_category(state, case_id, ran, current)
-    if settled is not None and settled != result.category:
-        # the reproduction ran the case with and without compilation: a reading of text cannot overturn it
-        out.readings = [Reading(source="reproduction", category=settled),
-                        Reading(source="text", category=result.category, confidence=result.confidence)]
-        category = out.category = settled
-        out.confidence = 1.0
-        out.suspects = exception_suspects(text or "") if category != "accuracy" else []
+    script = given.script or current
+    category = _settle(state, case_id, out, result, given, current)
+    _record_classification(state, case_id, out, result, category, run_id)
+    playbook = _case_guide(state, case, out, result, category)
+
+    def from_state() -> tuple[str, str]:  # in a worker thread: the workflow may hash the tree
+        flow = state.workflow(case_id)
+        status = flow.status()
+        return next_diagnostic(state, flow, status, playbook, script), status.next_step
+
+    out.diagnostic, out.next_step = await anyio.to_thread.run_sync(from_state)
+    disagreement = (f"The reproduction settled {category} by running the case (compiled and with compilation "
+                    f"off); this text alone reads {result.category}, which does not overturn it. "
+                    if out.readings else "")
+    out.next_step = disagreement + ("" if out.readings else _caveat(result)) + _rule_note(result, given.text) \
+        + out.next_step
+    return out
+
+
+def _settle(state: AppState, case_id: str, out: ClassifyResult, result: Classification, given: _Input,
+            current: str | None) -> str:
+    """The case's category: the one its reproduction settled by running it, over a text that reads otherwise
+    (both readings kept); else the text's."""
+    settled = _settled_category(state, case_id, given.script, current)
+    if settled is None or settled == result.category:
+        return result.category
+    # the reproduction ran the case with and without compilation: a reading of text cannot overturn it
+    out.readings = [Reading(source="reproduction", category=settled),
+                    Reading(source="text", category=result.category, confidence=result.confidence)]
+    out.category = settled
+    out.confidence = 1.0
+    out.suspects = exception_suspects(given.text) if settled != "accuracy" else []
+    return settled
+
+
+def _record_classification(state: AppState, case_id: str, out: ClassifyResult, result: Classification,
+                           category: str, run_id: str | None) -> None:
     summary = (f"{category} (settled by the reproduction; the text alone reads {result.category} at "
                f"{result.confidence:.2f})" if out.readings else f"{category} (confidence {result.confidence:.2f})")
     state.store.add_evidence(
@@ -190,7 +259,12 @@ async def classify_error(
         run_id=run_id,
     )
     out.recorded = True
-    localized = state.store.localization(case_id)
+
+
+def _case_guide(state: AppState, case: CaseRecord, out: ClassifyResult, result: Classification,
+                category: str) -> str:
+    """localize's suspects first and the guide of the case's category and layer; the playbook to follow."""
+    localized = state.store.localization(case.case_id)
     layer = layer_of(localized) or _layer_named(result)  # localize's layer, else the one the text names
     if localized is not None and localized.suspects:  # localize's bisection outranks frames of a wrapped error
         known = {(t.file, t.line) for t in localized.suspects}
@@ -201,20 +275,7 @@ async def classify_error(
     elif localized is not None and localized.suspects:  # the files localize pointed at come first
         named = [s.file for s in localized.suspects if s.file.endswith(".py") and (Path(case.repo) / s.file).is_file()]
         out.guide.source_files = list(dict.fromkeys([*named, *out.guide.source_files]))
-    playbook = focus(category, layer).playbook
-
-    def from_state() -> tuple[str, str]:  # in a worker thread: the workflow may hash the tree
-        flow = state.workflow(case_id)
-        status = flow.status()
-        return next_diagnostic(state, flow, status, playbook, script), status.next_step
-
-    out.diagnostic, out.next_step = await anyio.to_thread.run_sync(from_state)
-    disagreement = (f"The reproduction settled {category} by running the case (compiled and with compilation "
-                    f"off); this text alone reads {result.category}, which does not overturn it. "
-                    if out.readings else "")
-    out.next_step = disagreement + ("" if out.readings else _caveat(result)) + _rule_note(result, text or "") \
-        + out.next_step
-    return out
+    return focus(category, layer).playbook
 
 
 # a reproduction that recorded these settled no category
@@ -302,14 +363,23 @@ def _torch_checkout(repo: Path) -> Path | None:
     return repo if (repo / "torch" / "__init__.py").is_file() else None
 
 
-def _paste_facts(text: str, category: str) -> tuple[Frame | None, bool, Path | None, bool]:
+class _PasteFacts(NamedTuple):
     """From a pasted traceback: the frame of the script's own backend that raised, whether a Triton kernel the
     script launched itself failed, the environment it ran in when that is on this machine, and whether it is an
     exception line without a frame."""
+
+    backend: Frame | None
+    own_kernel: bool
+    python: Path | None
+    lone: bool
+
+
+def _paste_facts(text: str, category: str) -> _PasteFacts:
+    """The paste's facts, parsed once."""
     parsed = parse(text)
     frames = [f.file for f in parsed.all_frames()]
-    return (own_backend_frame(parsed), category == "triton" and triton_outside_torch(parsed),
-            interpreter_of_frames(frames), parsed.final_exc is not None and not frames)
+    return _PasteFacts(own_backend_frame(parsed), category == "triton" and triton_outside_torch(parsed),
+                       interpreter_of_frames(frames), parsed.final_exc is not None and not frames)
 
 
 LONE_LINE_NOTE = ("A lone exception line does not say whose code raised it (the script's own check, a shape check "
