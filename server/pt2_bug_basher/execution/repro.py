@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 
 from pt2_bug_basher.analysis.guards import DynamoDecisions, has_guard_trees, logs_recompiles, summarise_guards
 from pt2_bug_basher.analysis.suspects import exception_suspects
-from pt2_bug_basher.analysis.torch_logs import AotMetadata, LoggedKernel, aot_metadata, logged_kernels
+from pt2_bug_basher.analysis.torch_logs import AotMetadata, LoggedKernel, LogSummary, aot_metadata, logged_kernels
 from pt2_bug_basher.analysis.verdict import (
     COMPILE_OFF_ENV,
     FailureSummary,
@@ -24,6 +24,7 @@ from pt2_bug_basher.case.store import CaseRecord, Store
 from pt2_bug_basher.domain.digest import file_digest
 from pt2_bug_basher.domain.errors import InvalidInput
 from pt2_bug_basher.domain.evidence import Suspect
+from pt2_bug_basher.domain.process import RunOutput
 from pt2_bug_basher.execution.cpus import parallel_runs
 from pt2_bug_basher.execution.runs import ProgressFn, RunResult, execute, python_argv
 from pt2_bug_basher.execution.tlparse import TraceSummary, run_tlparse, trace_summary
@@ -146,10 +147,70 @@ async def run_repro(
     `differential`: one more run in the same batch with compilation off, and, when every run exits 0 without
     logs asked for, reruns with graph-break and recompile logs. Records the runs, not the workflow evidence:
     the reproduce and logs steps decide what they prove. `run_note` is added to every run's stored result."""
-    argv = python_argv(case, script, args)
+    argv = _argv(case, script, args, inductor_config)
+    results, trace_dirs = await _run_batch(
+        store, case, argv, script, logs_spec=logs_spec, repeat=repeat, trace=trace, env_add=env_add,
+        timeout_s=timeout_s, cwd=cwd, progress=progress, tool=tool, differential=differential)
+    # in a worker thread: reading the runs' output, and a learned guess may fit its model (once per process)
+    verdicts = await anyio.to_thread.run_sync(lambda: [RunVerdict(r) if r is not None else None for r in results])
+    parsed = [v for v in verdicts[:repeat] if v is not None]
+    compile_off = verdicts[repeat] if differential else None
+    _record_runs(store, [*parsed, *([compile_off] if compile_off else [])], run_note or {})
+    logged: list[RunVerdict] = []
+    exited_clean = all(p.result.outcome.exit_code == 0 and not p.result.outcome.timed_out for p in parsed)
+    if differential and not logs_spec and exited_clean and not all(
+            p.failed and p.classification.category == "accuracy" for p in parsed):
+        logged = await _logged_reruns(store, case, argv, script, repeat=repeat, env_add=env_add, timeout_s=timeout_s,
+                                      cwd=cwd, progress=progress, tool=tool, run_note=run_note or {})
+    first = parsed[0]
+    deciding = logged if logged and any(v.failed for v in logged) else parsed
+    signatures = {p.signature for p in deciding}
+    all_failed = all(p.failed for p in deciding)
+    same = all_failed and len(signatures) == 1
+    result = RunWithLogsResult(
+        case_id=case.case_id, script=str(script), command=argv, env_added={**parsed[0].result.env_add},
+        runs=[p.outcome_model(case.case_id) for p in parsed], reproduced=same,
+        same_signature=len(signatures) == 1 and any(p.failed for p in deciding),
+        inductor_config=dict(inductor_config or {}), next_step="",
+        compile_off=compile_off.outcome_model(case.case_id) if compile_off else None,
+        logged_runs=[v.outcome_model(case.case_id) for v in logged],
+    )
+    forked = [r for r in [*results, *(v.result for v in logged)] if r is not None and r.forked_from]
+    _add_run_notes(result, forked, parsed)
+    failing = next((p for p in deciding if p.failed), None)
+    if failing is not None:
+        result.failure = failing.failure_summary()
+        result.tail = tail_lines(failing.stderr)
+        if failing.classification.category != "accuracy":  # a mismatch is raised by the comparison
+            result.suspects = exception_suspects(failing.stderr)
+    result.kernels, result.kernels_left_out = logged_kernels((failing or first).stderr)
+    if differential:
+        result.verdict = _verdict(result, script, deciding, compile_off, logged, layer)
+    _add_logged_summary(result, logged[0].logs if logged else first.logs, (failing or first).stderr)
+    if logs_spec and (has_guard_trees(first.stderr) or logs_recompiles(logs_spec)):
+        _add_dynamo(result, case, first, logs_spec)
+    if trace and trace_dirs:
+        tlparse = await run_tlparse(store, case, trace_dirs[0], store.case_dir(case.case_id) / "tlparse"
+                                    / parsed[0].result.run_id, tool=tool, progress=progress)
+        result.trace = trace_summary(tlparse)
+    return result
+
+
+def _argv(case: CaseRecord, script: Path, args: list[str], inductor_config: dict[str, object] | None) -> list[str]:
+    """The command that runs the script, through WITH_CONFIG when Inductor config is set first."""
     if inductor_config:
         sets = [item for key, value in inductor_config.items() for item in ("--set", f"{key}={json.dumps(value)}")]
-        argv = [case.python, str(WITH_CONFIG), *sets, "--", str(script), *args]
+        return [case.python, str(WITH_CONFIG), *sets, "--", str(script), *args]
+    return python_argv(case, script, args)
+
+
+async def _run_batch(
+    store: Store, case: CaseRecord, argv: list[str], script: Path, *, logs_spec: str | None, repeat: int,
+    trace: bool, env_add: dict[str, str], timeout_s: float, cwd: Path | None, progress: ProgressFn | None,
+    tool: str, differential: bool,
+) -> tuple[list[RunResult | None], list[Path]]:
+    """The `repeat` runs (in parallel within the usable CPUs) and, when `differential`, the run with compilation
+    off; with the trace directories of the runs that wrote one."""
     extra = dict(env_add)
     if logs_spec:
         extra["TORCH_LOGS"] = logs_spec
@@ -187,35 +248,19 @@ async def run_repro(
     async with anyio.create_task_group() as group:
         for index in range(total):
             group.start_soon(one, index)
+    return results, trace_dirs
 
-    # in a worker thread: reading the runs' output, and a learned guess may fit its model (once per process)
-    verdicts = await anyio.to_thread.run_sync(lambda: [RunVerdict(r) if r is not None else None for r in results])
-    parsed = [v for v in verdicts[:repeat] if v is not None]
-    compile_off = verdicts[repeat] if differential else None
-    for p in [*parsed, *([compile_off] if compile_off else [])]:
-        store.set_run_result(p.result.run_id, {
-            "failed": p.failed, "signature": p.signature, "category": p.classification.category, **(run_note or {}),
+
+def _record_runs(store: Store, verdicts: list[RunVerdict], run_note: dict[str, str]) -> None:
+    """Store each run's failed flag, signature and category (and `run_note`) with its result."""
+    for v in verdicts:
+        store.set_run_result(v.result.run_id, {
+            "failed": v.failed, "signature": v.signature, "category": v.classification.category, **run_note,
         })
-    logged: list[RunVerdict] = []
-    exited_clean = all(p.result.outcome.exit_code == 0 and not p.result.outcome.timed_out for p in parsed)
-    if differential and not logs_spec and exited_clean and not all(
-            p.failed and p.classification.category == "accuracy" for p in parsed):
-        logged = await _logged_reruns(store, case, argv, script, repeat=repeat, env_add=env_add, timeout_s=timeout_s,
-                                      cwd=cwd, progress=progress, tool=tool, run_note=run_note or {})
-    first = parsed[0]
-    deciding = logged if logged and any(v.failed for v in logged) else parsed
-    signatures = {p.signature for p in deciding}
-    all_failed = all(p.failed for p in deciding)
-    same = all_failed and len(signatures) == 1
-    result = RunWithLogsResult(
-        case_id=case.case_id, script=str(script), command=argv, env_added={**parsed[0].result.env_add},
-        runs=[p.outcome_model(case.case_id) for p in parsed], reproduced=same,
-        same_signature=len(signatures) == 1 and any(p.failed for p in deciding),
-        inductor_config=dict(inductor_config or {}), next_step="",
-        compile_off=compile_off.outcome_model(case.case_id) if compile_off else None,
-        logged_runs=[v.outcome_model(case.case_id) for v in logged],
-    )
-    forked = [r for r in [*results, *(v.result for v in logged)] if r is not None and r.forked_from]
+
+
+def _add_run_notes(result: RunWithLogsResult, forked: list[RunOutput], parsed: list[RunVerdict]) -> None:
+    """Notes on the runs forked from a warm interpreter, and on logs that could not be fully written."""
     if forked:
         result.notes.append(
             f"runs {', '.join(r.run_id for r in forked)}: separate processes forked from the case's warm interpreter "
@@ -225,36 +270,28 @@ async def run_repro(
         for error in p.result.outcome.log_errors:
             result.notes.append(f"run {p.result.run_id}: its log could not be fully written ({error}); is the "
                                 "disk full? The run itself finished; its parsed result rests on what was written.")
-    failing = next((p for p in deciding if p.failed), None)
-    if failing is not None:
-        result.failure = failing.failure_summary()
-        result.tail = tail_lines(failing.stderr)
-        if failing.classification.category != "accuracy":  # a mismatch is raised by the comparison
-            result.suspects = exception_suspects(failing.stderr)
-    result.kernels, result.kernels_left_out = logged_kernels((failing or first).stderr)
-    if differential:
-        result.verdict = _verdict(result, script, deciding, compile_off, logged, layer)
-    merged = logged[0].logs if logged else first.logs
+
+
+def _add_logged_summary(result: RunWithLogsResult, merged: LogSummary, stderr: str) -> None:
+    """Graph breaks, recompiles and compile counts from the logs of the run shown; AOTAutograd's metadata."""
     result.graph_breaks = [GraphBreakInfo(reason=b.reason[:300], location=b.location, count=b.count)
                            for b in merged.graph_breaks[:12]]
     result.graph_break_total = merged.total_graph_break_count
     result.recompiles = [RecompileInfo(function=r.function, reason=r.reason[:300], guard=(r.guard or "")[:300] or None,
                                        count=r.count) for r in merged.recompiles[:12]]
     result.graphs_compiled, result.frames_compiled = merged.graphs_compiled, merged.frames_compiled
-    result.aot_metadata = aot_metadata((failing or first).stderr)
-    if logs_spec and (has_guard_trees(first.stderr) or logs_recompiles(logs_spec)):
-        result.dynamo = summarise_guards(first.stderr, recompiles_logged=logs_recompiles(logs_spec) or None,
-                                         run_id=first.result.run_id, logs=logs_spec)
-        if result.dynamo.flags and not result.suspects:  # as localize names them from the same flags
-            from pt2_bug_basher.execution.dynamo_guards import suspects_for
+    result.aot_metadata = aot_metadata(stderr)
 
-            torch_file = (case.env.get("torch") or {}).get("file")
-            result.suspects = suspects_for(result.dynamo.flags, Path(torch_file).parent if torch_file else None)
-    if trace and trace_dirs:
-        tlparse = await run_tlparse(store, case, trace_dirs[0], case_dir / "tlparse" / parsed[0].result.run_id,
-                                    tool=tool, progress=progress)
-        result.trace = trace_summary(tlparse)
-    return result
+
+def _add_dynamo(result: RunWithLogsResult, case: CaseRecord, first: RunVerdict, logs_spec: str) -> None:
+    """What Dynamo decided, from the first run's guard and recompile logs; the suspects its flags name."""
+    result.dynamo = summarise_guards(first.stderr, recompiles_logged=logs_recompiles(logs_spec) or None,
+                                     run_id=first.result.run_id, logs=logs_spec)
+    if result.dynamo.flags and not result.suspects:  # as localize names them from the same flags
+        from pt2_bug_basher.execution.dynamo_guards import suspects_for
+
+        torch_file = (case.env.get("torch") or {}).get("file")
+        result.suspects = suspects_for(result.dynamo.flags, Path(torch_file).parent if torch_file else None)
 
 
 async def _logged_reruns(
@@ -277,10 +314,7 @@ async def _logged_reruns(
         for index in range(repeat):
             group.start_soon(one, index)
     logged = await anyio.to_thread.run_sync(lambda: [RunVerdict(r) for r in results if r is not None])
-    for v in logged:
-        store.set_run_result(v.result.run_id, {
-            "failed": v.failed, "signature": v.signature, "category": v.classification.category, **run_note,
-        })
+    _record_runs(store, logged, run_note)
     return logged
 
 
