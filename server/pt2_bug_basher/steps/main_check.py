@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
@@ -12,11 +13,11 @@ from pt2_bug_basher.case.store import CaseRecord
 from pt2_bug_basher.domain.calls import format_call
 from pt2_bug_basher.domain.digest import python_source_digest, test_function_of
 from pt2_bug_basher.domain.errors import BugBasherError, InvalidInput
-from pt2_bug_basher.domain.evidence import MainCheckEvidence
+from pt2_bug_basher.domain.evidence import MainCheckEvidence, TestEvidence
 from pt2_bug_basher.domain.names import Step, ToolName
 from pt2_bug_basher.execution import warm
-from pt2_bug_basher.execution.pytest.results import FailureInfo, analyse
-from pt2_bug_basher.execution.pytest.session import run_pytest
+from pt2_bug_basher.execution.pytest.results import FailureInfo, TestOutcome, analyse
+from pt2_bug_basher.execution.pytest.session import PytestRun, run_pytest
 from pt2_bug_basher.execution.runs import ProgressFn, check_timeout, execute
 from pt2_bug_basher.execution.state import AppState
 from pt2_bug_basher.execution.warm import WarmRequest
@@ -45,6 +46,22 @@ class WorktreeResult(BaseModel):
     next_step: str
 
 
+@dataclass(frozen=True)
+class _OnRef:
+    """The registered test's run on the ref: what the check records, and the call that redoes it."""
+
+    case_id: str
+    ref: str
+    commit: str
+    test: TestEvidence
+    ran: PytestRun
+    data: MainCheckEvidence
+
+    @property
+    def retry(self) -> str:
+        return format_call(ToolName.make_worktree, case_id=self.case_id, action="create", ref=self.ref)
+
+
 async def make_worktree(state: AppState, case_id: str, action: str = "create", ref: str = "main",
                         force: bool = False, timeout_s: float | None = None, *,
                         progress: ProgressFn | None = None) -> WorktreeResult:
@@ -53,11 +70,7 @@ async def make_worktree(state: AppState, case_id: str, action: str = "create", r
     from pt2_bug_basher.execution import worktrees
 
     if action == "remove":
-        case = state.store.get_case(case_id)
-        path = await worktrees.remove(state.store, case, ref, force=force)
-        await anyio.to_thread.run_sync(warm.stop_using, path)
-        return WorktreeResult(action="remove", ok=True, ref=ref, worktree=str(path),
-                              next_step=(await state.status(case_id)).next_step)
+        return await _remove(state, case_id, ref, force)
     if action != "create":
         raise InvalidInput(f"action must be 'create' or 'remove', not {action!r}.")
     worktrees.check_ref(ref)
@@ -89,62 +102,83 @@ async def make_worktree(state: AppState, case_id: str, action: str = "create", r
                            tool=ToolName.make_worktree.value, timeout_s=timeout, progress=progress,
                            label=f"pytest on {ref}")
     result.run_id = ran.run_id
-    retry = format_call(ToolName.make_worktree, case_id=case_id, action="create", ref=ref)
     data = MainCheckEvidence(ref=ref, commit=record.commit, worktree=str(created.path), node_id=test.node_id,
                              test_file=test.test_file, test_sha256=test_digest)
-    report = ran.report
+    return await _judge(state, _OnRef(case_id, ref, record.commit, test, ran, data), result)
+
+
+async def _remove(state: AppState, case_id: str, ref: str, force: bool) -> WorktreeResult:
+    """Delete the server's worktree of `ref`, and stop the warm interpreter that used it."""
+    from pt2_bug_basher.execution import worktrees
+
+    case = state.store.get_case(case_id)
+    path = await worktrees.remove(state.store, case, ref, force=force)
+    await anyio.to_thread.run_sync(warm.stop_using, path)
+    return WorktreeResult(action="remove", ok=True, ref=ref, worktree=str(path),
+                          next_step=(await state.status(case_id)).next_step)
+
+
+async def _judge(state: AppState, on: _OnRef, result: WorktreeResult) -> WorktreeResult:
+    """The run's outcome on the ref: recorded when the test fails there as on your tree (or passes there,
+    which stops the case); else what to change, then the call to redo the check."""
+    ref, report = on.ref, on.ran.report
     if report.collection_errors:
         err = report.collection_errors[0]
         result.outcome = "collection_error"
         result.next_step = (f"On {ref} pytest could not collect the test file ({err.message}). The test depends "
                             f"on something that is not on {ref}: make it self-contained, register it again, "
-                            f"then {retry}.")
+                            f"then {on.retry}.")
         return result
-    matched = [t for t in report.tests if t.node_id == test.node_id] or report.tests
+    matched = [t for t in report.tests if t.node_id == on.test.node_id] or report.tests
     if not matched:
         result.outcome = "not_run"
-        result.next_step = (f"pytest ran no test on {ref}: {ran.usage_error or 'nothing collected'}. "
-                            f"Check the test name, then {retry}.")
+        result.next_step = (f"pytest ran no test on {ref}: {on.ran.usage_error or 'nothing collected'}. "
+                            f"Check the test name, then {on.retry}.")
         return result
     failing = [t for t in matched if t.outcome in ("failed", "error")]
     if not failing:
-        outcome = matched[0]
-        result.outcome = outcome.outcome
-        if outcome.outcome == "skipped":
-            result.next_step = (f"The test was skipped on {ref} ({outcome.message}): make it run there, "
-                                f"then {retry}.")
-            return result
-        state.store.add_evidence(
-            case_id, Step.main_check.value, False,
-            f"{test.test_name} PASSES on {ref} ({record.commit[:12]}) — the test may not capture the bug, "
-            "or it is already fixed", run_id=ran.run_id, data=data.model_copy(update={"outcome": "passed"}),
-        )
-        result.recorded = True
-        status = await state.status(case_id)
-        result.stopped = status.stopped
-        result.next_step = (
-            f"Stopped: the test passes on {ref} — it may not capture the bug, or the bug is already fixed there. "
-            + (status.stopped or "")
-        )
-        return result
+        return await _not_failing(state, on, result, matched[0])
     outcome = failing[0]
     info, seen = analyse(outcome)
     result.outcome, result.failure = outcome.outcome, info
-    match = same_failure(seen, Failure.recorded(test), on_other_ref(ref))
+    match = same_failure(seen, Failure.recorded(on.test), on_other_ref(ref))
     if not match.matches:
         result.next_step = (f"The test fails on {ref}, but not the way it fails on your tree: {match.reason}. Make "
-                            f"the test depend only on what {ref} has, register it again, then {retry}.")
+                            f"the test depend only on what {ref} has, register it again, then {on.retry}.")
         return result
     state.store.add_evidence(
-        case_id, Step.main_check.value, True,
-        f"{test.test_name} fails on {ref} ({record.commit[:12]}) too: {info.exception_type or 'failure'}"[:500],
-        run_id=ran.run_id,
-        data=data.model_copy(update={"outcome": outcome.outcome, "message": info.message,
-                                     "exception_type": info.exception_type, "category": info.category,
-                                     "torch_file": result.torch_file}),
+        on.case_id, Step.main_check.value, True,
+        f"{on.test.test_name} fails on {ref} ({on.commit[:12]}) too: {info.exception_type or 'failure'}"[:500],
+        run_id=on.ran.run_id,
+        data=on.data.model_copy(update={"outcome": outcome.outcome, "message": info.message,
+                                        "exception_type": info.exception_type, "category": info.category,
+                                        "torch_file": result.torch_file}),
     )
     result.ok = result.recorded = True
-    result.next_step = (await state.status(case_id)).next_step
+    result.next_step = (await state.status(on.case_id)).next_step
+    return result
+
+
+async def _not_failing(state: AppState, on: _OnRef, result: WorktreeResult, outcome: TestOutcome) -> WorktreeResult:
+    """Skipped on the ref: make it run there. Passing there: recorded, and the case stops."""
+    ref = on.ref
+    result.outcome = outcome.outcome
+    if outcome.outcome == "skipped":
+        result.next_step = (f"The test was skipped on {ref} ({outcome.message}): make it run there, "
+                            f"then {on.retry}.")
+        return result
+    state.store.add_evidence(
+        on.case_id, Step.main_check.value, False,
+        f"{on.test.test_name} PASSES on {ref} ({on.commit[:12]}) — the test may not capture the bug, "
+        "or it is already fixed", run_id=on.ran.run_id, data=on.data.model_copy(update={"outcome": "passed"}),
+    )
+    result.recorded = True
+    status = await state.status(on.case_id)
+    result.stopped = status.stopped
+    result.next_step = (
+        f"Stopped: the test passes on {ref} — it may not capture the bug, or the bug is already fixed there. "
+        + (status.stopped or "")
+    )
     return result
 
 
