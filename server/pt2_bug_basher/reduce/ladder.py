@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,6 @@ from pt2_bug_basher.reduce.variants import VariantOutcome, read_spectrum
 PROBES = Path(__file__).resolve().parents[1] / "_probes"
 LAUNCHER = PROBES / "launcher.py"
 LAUNCHER_MARK = "PT2BB-LAUNCHER:"
-BACKENDS = ("eager", "aot_eager", "aot_eager_decomp_partition", "inductor")
 
 # --------------------------------------------------------------------------------------------
 # The case's reference failure
@@ -176,16 +175,88 @@ class LocalizeResult(BaseModel):
     next_step: str
 
 
-_MEANING = {
-    "eager": ("Dynamo", "it fails with backend='eager', which runs the captured graph as is: the bug is in "
-              "Dynamo (tracing, graph breaks, guards, bytecode), not in any compiler behind it."),
-    "aot_eager": ("AOTAutograd", "eager passes but aot_eager fails: the bug is in AOTAutograd "
-                  "(functionalization, tracing to ATen, the joint graph, input mutations or aliasing)."),
-    "aot_eager_decomp_partition": ("decompositions", "aot_eager passes but aot_eager_decomp_partition fails: "
-                                   "a decomposition (or the min-cut partitioner) Inductor uses is wrong."),
-    "inductor": ("Inductor", "only backend='inductor' fails: the bug is in Inductor (lowering, scheduling, "
-                 "code generation or the generated kernel)."),
-}
+@dataclass(frozen=True)
+class Rung:
+    """A rung of the ladder: the script's torch.compile calls swapped to `backend`, dynamic as the script sets
+    it. When it is the lowest rung that fails the case's way, the bug is in `layer`, and `meaning` says why."""
+    backend: str
+    layer: str
+    meaning: str
+
+
+# Lowest first, in the style of torch._inductor.compiler_bisector.BACKENDS: each adds one layer to the one below.
+RUNGS: tuple[Rung, ...] = (
+    Rung("eager", "Dynamo", "it fails with backend='eager', which runs the captured graph as is: the bug is in "
+         "Dynamo (tracing, graph breaks, guards, bytecode), not in any compiler behind it."),
+    Rung("aot_eager", "AOTAutograd", "eager passes but aot_eager fails: the bug is in AOTAutograd "
+         "(functionalization, tracing to ATen, the joint graph, input mutations or aliasing)."),
+    Rung("aot_eager_decomp_partition", "decompositions", "aot_eager passes but aot_eager_decomp_partition fails: "
+         "a decomposition (or the min-cut partitioner) Inductor uses is wrong."),
+    Rung("inductor", "Inductor", "only backend='inductor' fails: the bug is in Inductor (lowering, scheduling, "
+         "code generation or the generated kernel)."),
+)
+BACKENDS = tuple(rung.backend for rung in RUNGS)
+_RUNG = {rung.backend: rung for rung in RUNGS}
+
+
+@dataclass(frozen=True)
+class ShapesReading:
+    """What the two dynamic rungs (dynamic=False and dynamic=True, at the lowest backend that fails the case's
+    way) say together, by which of them fails the case's way; `{dynamic}` is the dynamic=True row's outcome."""
+    static_fails: bool
+    dynamic_fails: bool
+    text: str
+
+
+SHAPE_RUNGS = ("False", "True")
+SHAPES: tuple[ShapesReading, ...] = (
+    ShapesReading(False, True, "fixed by static shapes (dynamic=False passes, dynamic=True fails): the bug is in "
+                  "dynamic-shape handling (symbolic sizes, guards on them, or their codegen)."),
+    ShapesReading(True, False, "fails only with static shapes (dynamic=True {dynamic}): "
+                  "a specialisation on concrete sizes is involved."),
+    ShapesReading(True, True, "fails with dynamic=False and with dynamic=True: not a dynamic-shapes problem."),
+    ShapesReading(False, False, "forcing dynamic either way changes the outcome: compare the two rows."),
+)
+
+_EXPORT_MEANING = (
+    "the script reaches the compiler through torch.export, which the backend ladder does not swap: the "
+    "bug is in torch.export (tracing, run_decompositions, the exported program's signature, or the "
+    "module ep.module() builds around the graph). The variants' spectra below say which code ran only "
+    "when it failed.")
+_UNKNOWN_MEANING = (
+    "no backend on the ladder fails the case's way: the failure needs the script's own backend or "
+    "options (a custom backend, mode=..., config), or does not come from compilation.")
+
+
+def rung_argv(python: str, script: Path, args: list[str], backend: str, dynamic: str) -> list[str]:
+    """The command of one rung: the script under the launcher, its torch.compile calls swapped."""
+    argv = [python, str(LAUNCHER), "--backend", backend]
+    if dynamic != "script":
+        argv += ["--dynamic", dynamic.lower()]
+    return [*argv, "--", str(script), *args]
+
+
+def shapes_reading(static: LadderRow, dynamic: LadderRow) -> str:
+    """What the dynamic=False (`static`) and dynamic=True rows say: the row of SHAPES they fall in."""
+    key = (static.outcome == "same failure", dynamic.outcome == "same failure")
+    reading = next(r for r in SHAPES if (r.static_fails, r.dynamic_fails) == key)
+    return reading.text.format(dynamic=dynamic.outcome)
+
+
+def first_failing(table: list[LadderRow]) -> str | None:
+    """The lowest backend whose row fails the case's way."""
+    return next((r.backend for r in table if r.outcome == "same failure"), None)
+
+
+def layer_reading(first: str | None, through_export: bool, category: str) -> tuple[str, str, tuple[str, str | None]]:
+    """(layer, meaning, the reducer's (mode, after)) the ladder's lowest failing backend (or none) calls for."""
+    if first is None and through_export:
+        return EXPORT, _EXPORT_MEANING, (reducer_for(category, EXPORT)[0], None)
+    if first is None:
+        return "unknown", _UNKNOWN_MEANING, ("source", None)
+    rung = _RUNG[first]
+    mode, after = reducer_for(category, rung.layer)
+    return rung.layer, rung.meaning, (mode, after if mode == "fx" else None)
 
 
 def _outcome(verdict: Failure, match: str | None, compiled: bool) -> str:
@@ -200,6 +271,150 @@ def _outcome(verdict: Failure, match: str | None, compiled: bool) -> str:
     return "passes" if compiled else "not compiled"
 
 
+@dataclass
+class _Ladder:
+    """One localize run: how each rung runs and is judged, and the rows decided so far."""
+    store: Store
+    case: CaseRecord
+    ref: Reference
+    script: Path
+    progress: Any
+    cwd: Path
+    limiter: anyio.CapacityLimiter
+    on_row: Callable[[LadderRow], None] | None
+    spectra: list[Spectrum] | None
+    rows: dict[tuple[str, str], LadderRow] = field(default_factory=dict)
+    scopes: dict[tuple[str, str], anyio.CancelScope] = field(default_factory=dict)
+    timeout: float = field(init=False)
+    oracle: Oracle = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.timeout = run_timeout(self.ref)
+        self.oracle = self.ref.oracle(TRIAL, self.script)
+
+    def command(self, backend: str, dynamic: str) -> list[str]:
+        return rung_argv(self.case.python, self.script, self.ref.args, backend, dynamic)
+
+    async def rung(self, backend: str, dynamic: str) -> LadderRow:
+        """Run one rung and judge it against the case's failure; its spectrum is kept where it tells."""
+        argv = self.command(backend, dynamic)
+        out = self.store.case_dir(self.case.case_id) / "spectra" / f"{backend}-{dynamic}-{time.monotonic_ns()}.json"
+        if self.spectra is not None:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            argv = with_spectrum(self.store, argv, out)
+        async with self.limiter:
+            result = await execute(self.store, self.case, argv, tool="localize", cwd=self.cwd, env_add=self.ref.env,
+                                   timeout_s=self.timeout, progress=self.progress, warm=WarmRequest(),
+                                   label=f"localize backend={backend} dynamic={dynamic}")
+        verdict = run_failure(result)
+        compiled = LAUNCHER_MARK in result.stderr_text(4 * 1024 * 1024)
+        match = self.oracle.judge_failure(verdict).level
+        row = LadderRow(backend=backend, dynamic=dynamic, outcome=_outcome(verdict, match, compiled), match=match,
+                        failure=None if not verdict.failed else describe(verdict)[:300], run_id=result.run_id,
+                        seconds=round(result.outcome.duration_s, 1))  # the run's own, not a warm interpreter's start
+        if self.spectra is not None and row.outcome in ("same failure", "passes"):
+            found = read_spectrum(out, result.run_id, row.outcome == "same failure",
+                                  f"backend={backend} dynamic={dynamic}")
+            if found is not None:
+                self.spectra.append(found)
+        await self.progress(f"localize: backend={backend} dynamic={dynamic}: {row.outcome}")
+        if self.on_row is not None:
+            self.on_row(row)
+        return row
+
+    def skip_above_first_failing(self) -> None:
+        """Once the lowest backend that fails the case's way is known (every one below it ran and did not),
+        the layer is decided: the backends above it are not run (or stopped)."""
+        for index, backend in enumerate(BACKENDS):
+            row = self.rows.get((backend, "script"))
+            if row is None:
+                return
+            if row.outcome == "same failure":
+                for higher in BACKENDS[index + 1:]:
+                    if (higher, "script") not in self.rows:
+                        self.scopes[(higher, "script")].cancel()
+                return
+
+    async def put(self, backend: str, dynamic: str) -> None:
+        """Decide one row: the rung's, or 'skipped' where a lower backend's failure stopped it."""
+        with anyio.CancelScope() as scope:
+            self.scopes[(backend, dynamic)] = scope
+            self.rows[(backend, dynamic)] = await self.rung(backend, dynamic)
+            self.skip_above_first_failing()
+        if scope.cancelled_caught:
+            first = next(b for b in BACKENDS if (row := self.rows.get((b, "script"))) and row.outcome == "same failure")
+            self.rows[(backend, dynamic)] = LadderRow(
+                backend=backend, dynamic=dynamic, outcome="skipped", run_id="-", seconds=0.0,
+                failure=f"not run, or stopped once started: backend='{first}' below it already fails the case's way")
+
+    async def climb(self) -> list[LadderRow]:
+        """The backend rungs, side by side: their rows, lowest first."""
+        await self.progress(f"localize: {len(BACKENDS)} backends, {self.limiter.total_tokens:.0f} at a time")
+        async with anyio.create_task_group() as group:
+            for backend in BACKENDS:
+                group.start_soon(self.put, backend, "script")
+        return [self.rows[(b, "script")] for b in BACKENDS]
+
+    async def at_first_failing(
+        self, first: str, below: Callable[[str | None], Coroutine[Any, Any, None]] | None,
+    ) -> tuple[list[LadderRow], list[tuple[DynamoDecisions, list[Suspect]]]]:
+        """The dynamic rungs at `first`, beside `below(first)` and (for Dynamo) the guards run: their rows and
+        the guards run's decisions."""
+        decisions: list[tuple[DynamoDecisions, list[Suspect]]] = []
+
+        async def guards_run() -> None:
+            async with self.limiter:
+                decisions.append(await dynamo_decisions(
+                    self.store, self.case, self.command("eager", "script"), env=self.ref.env, cwd=self.cwd,
+                    timeout_s=self.timeout, progress=self.progress))
+
+        async with anyio.create_task_group() as group:
+            for dyn in SHAPE_RUNGS:
+                group.start_soon(self.put, first, dyn)
+            if below is not None:
+                group.start_soon(below, first)
+            if first == "eager" and wants_guard_run(self.ref.exception_type):
+                group.start_soon(guards_run)
+        return [self.rows[(first, dyn)] for dyn in SHAPE_RUNGS], decisions
+
+
+def _notes(table: list[LadderRow], through_export: bool) -> list[str]:
+    notes: list[str] = []
+    if not any(r.outcome != "not compiled" for r in table):
+        notes.append("the script never called torch.compile or torch._dynamo.optimize (torch.export and "
+                     "AOTInductor calls are not swapped): the ladder does not apply"
+                     + ("; the near-miss variants ran as the script is." if through_export else
+                        "; reduce the source instead."))
+    if any(r.outcome == "different failure" for r in table):
+        notes.append("'different failure' rows fail, but not the case's way: compare them before trusting the "
+                     "layer (a lower backend may fail earlier for another reason).")
+    return notes
+
+
+def _comparison(table: list[LadderRow]) -> str:
+    matches = {r.match for r in table if r.match}
+    return ("exact signature" if matches == {"signature"} else
+            "exact signature where it holds, else exception type + normalised message with backend names "
+            "removed" + (" (accuracy: same category)" if "category" in matches else ""))
+
+
+def _next_step(source: str, cid: str, mode: str, minify_call: str) -> str:
+    """Reduce it with minify(mode="auto"), or (a repro small or minimal already) polish or record it."""
+    auto = format_call(ToolName.minify, case_id=cid, mode="auto")
+    judged = minimal.judge(source)
+    if judged.minimal:
+        return (f"The repro is already minimal ({judged.describe()}): "
+                f"{format_call(ToolName.minify, case_id=cid)} records that and completes step 3 "
+                "without reducing "
+                f"({minify_call} would run the reducer anyway).")
+    if judged.small and mode == "source":
+        return (f"The repro is small already ({judged.describe()}): "
+                f"{auto} polishes it within a budget of about "
+                f"{judged.polish_budget_s:.0f} s and completes step 3 ({minify_call} would take "
+                "the whole budget).")
+    return f"Reduce it: {auto} (from this localisation it runs {minify_call})."
+
+
 async def localize(
     store: Store, case: CaseRecord, ref: Reference, script: Path, *, progress, cwd: Path | None = None,
     limiter: anyio.CapacityLimiter | None = None,
@@ -210,161 +425,34 @@ async def localize(
     `on_row` sees each row as it is decided. Rungs are children of the case's warm interpreter where one can
     serve them (execution/warm.py), else fresh processes. With `spectra`, each rung records the lines of
     torch's compiler it ran, and those that fail the case's way or pass are added to it."""
-    timeout = run_timeout(ref)
-    limiter = limiter or anyio.CapacityLimiter(usable_cpus())
-    oracle = ref.oracle(TRIAL, script)
-
-    def command(backend: str, dynamic: str) -> list[str]:
-        argv = [case.python, str(LAUNCHER), "--backend", backend]
-        if dynamic != "script":
-            argv += ["--dynamic", dynamic.lower()]
-        return [*argv, "--", str(script), *ref.args]
-
-    async def rung(backend: str, dynamic: str) -> LadderRow:
-        argv = command(backend, dynamic)
-        out = store.case_dir(case.case_id) / "spectra" / f"{backend}-{dynamic}-{time.monotonic_ns()}.json"
-        if spectra is not None:
-            out.parent.mkdir(parents=True, exist_ok=True)
-            argv = with_spectrum(store, argv, out)
-        async with limiter:
-            result = await execute(store, case, argv, tool="localize", cwd=cwd or script.parent, env_add=ref.env,
-                                   timeout_s=timeout, progress=progress, warm=WarmRequest(),
-                                   label=f"localize backend={backend} dynamic={dynamic}")
-        verdict = run_failure(result)
-        compiled = LAUNCHER_MARK in result.stderr_text(4 * 1024 * 1024)
-        match = oracle.judge_failure(verdict).level
-        row = LadderRow(backend=backend, dynamic=dynamic, outcome=_outcome(verdict, match, compiled), match=match,
-                        failure=None if not verdict.failed else describe(verdict)[:300], run_id=result.run_id,
-                        seconds=round(result.outcome.duration_s, 1))  # the run's own, not a warm interpreter's start
-        if spectra is not None and row.outcome in ("same failure", "passes"):
-            found = read_spectrum(out, result.run_id, row.outcome == "same failure",
-                                  f"backend={backend} dynamic={dynamic}")
-            if found is not None:
-                spectra.append(found)
-        await progress(f"localize: backend={backend} dynamic={dynamic}: {row.outcome}")
-        if on_row is not None:
-            on_row(row)
-        return row
-
-    rows: dict[tuple[str, str], LadderRow] = {}
-    scopes: dict[tuple[str, str], anyio.CancelScope] = {}
-
-    def skip_above_first_failing() -> None:
-        """Once the lowest backend that fails the case's way is known (every one below it ran and did not),
-        the layer is decided: the backends above it are not run (or stopped)."""
-        for index, backend in enumerate(BACKENDS):
-            row = rows.get((backend, "script"))
-            if row is None:
-                return
-            if row.outcome == "same failure":
-                for higher in BACKENDS[index + 1:]:
-                    if (higher, "script") not in rows:
-                        scopes[(higher, "script")].cancel()
-                return
-
-    async def put(backend: str, dynamic: str) -> None:
-        with anyio.CancelScope() as scope:
-            scopes[(backend, dynamic)] = scope
-            rows[(backend, dynamic)] = await rung(backend, dynamic)
-            skip_above_first_failing()
-        if scope.cancelled_caught:
-            first = next(b for b in BACKENDS if (row := rows.get((b, "script"))) and row.outcome == "same failure")
-            rows[(backend, dynamic)] = LadderRow(
-                backend=backend, dynamic=dynamic, outcome="skipped", run_id="-", seconds=0.0,
-                failure=f"not run, or stopped once started: backend='{first}' below it already fails the case's way")
-
-    await progress(f"localize: {len(BACKENDS)} backends, {limiter.total_tokens:.0f} at a time")
-    async with anyio.create_task_group() as group:
-        for backend in BACKENDS:
-            group.start_soon(put, backend, "script")
-    table = [rows[(b, "script")] for b in BACKENDS]
-    first = next((r.backend for r in table if r.outcome == "same failure"), None)
-    notes: list[str] = []
-    dynamic_text = None
-    decisions: list[tuple[DynamoDecisions, list[Suspect]]] = []
-
-    async def guards_run() -> None:
-        async with limiter:
-            decisions.append(await dynamo_decisions(store, case, command("eager", "script"), env=ref.env,
-                                                    cwd=cwd or script.parent, timeout_s=timeout, progress=progress))
-
+    ladder = _Ladder(store, case, ref, script, progress, cwd or script.parent,
+                     limiter or anyio.CapacityLimiter(usable_cpus()), on_row, spectra)
+    table = await ladder.climb()
+    first = first_failing(table)
     source = script.read_text(errors="replace")
     through_export = not any(r.outcome != "not compiled" for r in table) and uses_export(source)
     if first is None and through_export and below is not None:
         await below(None)  # no backend to bisect below, but the variants' spectra still apply
+    dynamic_text = None
+    decisions: list[tuple[DynamoDecisions, list[Suspect]]] = []
     if first is not None:
-        async with anyio.create_task_group() as group:
-            for dyn in ("False", "True"):
-                group.start_soon(put, first, dyn)
-            if below is not None:
-                group.start_soon(below, first)
-            if first == "eager" and wants_guard_run(ref.exception_type):
-                group.start_soon(guards_run)
-        static, dynamic = rows[(first, "False")], rows[(first, "True")]
-        table += [static, dynamic]
-        if static.outcome != "same failure" and dynamic.outcome == "same failure":
-            dynamic_text = ("fixed by static shapes (dynamic=False passes, dynamic=True fails): the bug is in "
-                            "dynamic-shape handling (symbolic sizes, guards on them, or their codegen).")
-        elif static.outcome == "same failure" and dynamic.outcome != "same failure":
-            dynamic_text = ("fails only with static shapes (dynamic=True " + dynamic.outcome + "): "
-                            "a specialisation on concrete sizes is involved.")
-        elif static.outcome == "same failure":
-            dynamic_text = "fails with dynamic=False and with dynamic=True: not a dynamic-shapes problem."
-        else:
-            dynamic_text = "forcing dynamic either way changes the outcome: compare the two rows."
-    if not any(r.outcome != "not compiled" for r in table):
-        notes.append("the script never called torch.compile or torch._dynamo.optimize (torch.export and "
-                     "AOTInductor calls are not swapped): the ladder does not apply"
-                     + ("; the near-miss variants ran as the script is." if through_export else
-                        "; reduce the source instead."))
-    if any(r.outcome == "different failure" for r in table):
-        notes.append("'different failure' rows fail, but not the case's way: compare them before trusting the "
-                     "layer (a lower backend may fail earlier for another reason).")
-    matches = {r.match for r in table if r.match}
-    comparison = ("exact signature" if matches == {"signature"} else
-                  "exact signature where it holds, else exception type + normalised message with backend names "
-                  "removed" + (" (accuracy: same category)" if "category" in matches else ""))
+        shapes, decisions = await ladder.at_first_failing(first, below)
+        table += shapes
+        dynamic_text = shapes_reading(*shapes)
+    notes = _notes(table, through_export)
     cid = case.case_id
-    # the reducer the category and layer call for: (mode, after)
-    reducer: tuple[str, str | None] = ("source", None)
-    if first is None and through_export:
-        layer, meaning = EXPORT, (
-            "the script reaches the compiler through torch.export, which the backend ladder does not swap: the "
-            "bug is in torch.export (tracing, run_decompositions, the exported program's signature, or the "
-            "module ep.module() builds around the graph). The variants' spectra below say which code ran only "
-            "when it failed.")
-        reducer = reducer_for(ref.category, layer)[0], None
-    elif first is None:
-        layer, meaning = "unknown", (
-            "no backend on the ladder fails the case's way: the failure needs the script's own backend or "
-            "options (a custom backend, mode=..., config), or does not come from compilation.")
-    else:
-        layer, meaning = _MEANING[first]
-        mode, after = reducer_for(ref.category, layer)
-        reducer = (mode, after if mode == "fx" else None)
-    minify_call = format_call(ToolName.minify, case_id=cid, mode=reducer[0], after=reducer[1])
+    layer, meaning, (mode, after) = layer_reading(first, through_export, ref.category)
+    minify_call = format_call(ToolName.minify, case_id=cid, mode=mode, after=after)
     dynamo, suspects = decisions[0] if decisions else (None, [])
     suspects = [s.model_copy(update={"evidence": [*s.evidence, "guards"]}) for s in suspects]
     if dynamo is not None and dynamo.flags:
         notes.append(f"Dynamo's guards (run {dynamo.run_id}): {dynamo.flags[0].text}; see dynamo and suspects.")
-    auto = format_call(ToolName.minify, case_id=cid, mode="auto")
     result = LocalizeResult(
         case_id=cid, script=str(script), case_signature=ref.signature, table=table, first_failing=first,
-        layer=layer, meaning=meaning, dynamic_shapes=dynamic_text, comparison=comparison, minifier=minify_call,
-        notes=notes, dynamo=dynamo, suspects=suspects,
-        next_step=f"Reduce it: {auto} (from this localisation it runs {minify_call}).",
+        layer=layer, meaning=meaning, dynamic_shapes=dynamic_text, comparison=_comparison(table),
+        minifier=minify_call, notes=notes, dynamo=dynamo, suspects=suspects,
+        next_step=_next_step(source, cid, mode, minify_call),
     )
-    judged = minimal.judge(source)
-    if judged.small and not judged.minimal and reducer[0] == "source":
-        result.next_step = (f"The repro is small already ({judged.describe()}): "
-                            f"{auto} polishes it within a budget of about "
-                            f"{judged.polish_budget_s:.0f} s and completes step 3 ({minify_call} would take "
-                            "the whole budget).")
-    if judged.minimal:
-        result.next_step = (f"The repro is already minimal ({judged.describe()}): "
-                            f"{format_call(ToolName.minify, case_id=cid)} records that and completes step 3 "
-                            "without reducing "
-                            f"({minify_call} would run the reducer anyway).")
     record = LocalizeRecord(first_failing=first, layer=layer, signature=ref.signature,
                             table=[LadderRowRecord(**row.model_dump()) for row in table], suspects=suspects,
                             guard_flags=[flag.text for flag in dynamo.flags] if dynamo is not None else [])
