@@ -48,6 +48,7 @@ from pt2_bug_basher.artifacts.locate import FailureLocation, locate_failure
 from pt2_bug_basher.artifacts.trace import TraceInfo, collect_trace, tlparse_related
 from pt2_bug_basher.case.store import CaseRecord, Store
 from pt2_bug_basher.execution.runs import ProgressFn, RunResult, execute
+from pt2_bug_basher.execution.tlparse import CompileDirectory
 
 TOOL = "collect_debug_artifacts"
 FAILURE_TEXT_BYTES = 4 * 1024 * 1024
@@ -147,12 +148,7 @@ async def collect(
     `layer`: where localize put the failure, if it ran for the case."""
     debug_dir = new_debug_dir(store, case.case_id)
     stamp = debug_dir.name
-    ours = {**DEBUG_ENV, "TORCH_COMPILE_DEBUG_DIR": str(debug_dir),
-            "TORCHINDUCTOR_CACHE_DIR": str(debug_dir / CACHE_DIR_NAME)}
-    if trace:
-        (debug_dir / TRACE_DIR_NAME).mkdir()
-        ours["TORCH_TRACE"] = str(debug_dir / TRACE_DIR_NAME)
-    run_env = {**target.env, **env_add, **ours}
+    run_env = {**target.env, **env_add, **_debug_env(debug_dir, trace)}
     result: RunResult = await execute(store, case, target.argv, tool=TOOL, cwd=target.cwd, env_add=run_env,
                                       timeout_s=timeout_s, progress=progress,
                                       label=f"{Path(target.script).name} with TORCH_COMPILE_DEBUG")
@@ -162,46 +158,14 @@ async def collect(
                             if trace else (None, {}))
 
     walked = walk(debug_dir)
-    compile_ids = compile_ids_from_stderr(stderr)
-    graphs = [load_graph(p, debug_dir, compile_ids) for p in sorted(walked.graph_dirs, key=graph_sort_key)]
-    summaries = [summarise_graph(g, case.case_id, stamp) for g in graphs]
-    for summary in summaries:
-        if summary.compile_id:
-            summary.related = tlparse_related(compiles, case.case_id, stamp, summary.compile_id, summary.role)
-    verdict = RunVerdict(result)
-    # A wrong result fails the run even when the script exits 0 after printing the mismatch.
-    accuracy = verdict.failed and verdict.classification.category == "accuracy"
-    failed = outcome.exit_code != 0 or outcome.timed_out or outcome.signal_name is not None or accuracy
-    failure = None
-    if failed:
-        stdout = result.stdout_text(FAILURE_TEXT_BYTES)
-        text = stderr if stderr.strip() else stdout
-        failure = locate_failure(text + ("\n" + stdout if accuracy and text is stderr else ""), graphs, debug_dir,
-                                 case.case_id, stamp, outcome.exit_code, outcome.signal_name, accuracy=accuracy,
-                                 layer=layer)
+    graphs, summaries = _graphs(walked, debug_dir, stderr, compiles, case.case_id, stamp)
+    failed, failure = _located_failure(result, stderr, graphs, debug_dir, case.case_id, stamp, layer)
 
     by_kind = Counter(f.kind for f in walked.files)
     if walked.cache_files:
         by_kind["inductor_cache"] = walked.cache_files
     kernel_total = sum(len(g.code.kernels) for g in graphs if g.code)
-    notes: list[str] = []
-    if walked.truncated:
-        notes.append(f"the debug directory holds more than {MAX_WALK_FILES} files; the index stops there")
-    if len(summaries) > MAX_GRAPHS_SHOWN:
-        notes.append(f"{len(summaries)} graphs: the first {MAX_GRAPHS_SHOWN} are shown, index.json lists all")
-    if not trace:
-        notes.append("trace=True adds TORCH_TRACE and tlparse: Dynamo's graph, the AOT joint/forward/backward "
-                     "graphs and the pre/post-grad graphs of each compile")
-    if outcome.timed_out:
-        notes.append(f"the run was killed after the timeout ({timeout_s:.0f}s); what was written until then is indexed")
-    if walked.cache_files:
-        notes.append(f"{walked.cache_files} files of Inductor's cache for this run (generated modules, C++ sources) "
-                     f"are under {debug_dir / CACHE_DIR_NAME}, not listed")
-
-    empty = sorted(f.rel for f in walked.files if f.size == 0 and f.graph is None)
-    if empty:
-        shown = ", ".join(empty[:4]) + (f" and {len(empty) - 4} more" if len(empty) > 4 else "")
-        notes.append(f"{len(empty)} empty file(s) not listed in files (nothing was logged there): {shown}")
+    notes = _notes(walked, len(summaries), trace, outcome.timed_out, timeout_s, debug_dir)
     index_uri = artifact_uri(case.case_id, f"{stamp}/{INDEX_NAME}")
     collected = CollectArtifactsResult(
         case_id=case.case_id, run_id=result.run_id, script=target.script, command=target.argv,
@@ -223,6 +187,70 @@ async def collect(
         "failure_graph": failure.graph if failure else None, "failure_kernel": failure.kernel if failure else None,
     })
     return collected
+
+
+def _debug_env(debug_dir: Path, trace: bool) -> dict[str, str]:
+    """The variables this tool sets for the run: TORCH_COMPILE_DEBUG and Inductor's cache into the collection,
+    and TORCH_TRACE (its directory made) when `trace`."""
+    ours = {**DEBUG_ENV, "TORCH_COMPILE_DEBUG_DIR": str(debug_dir),
+            "TORCHINDUCTOR_CACHE_DIR": str(debug_dir / CACHE_DIR_NAME)}
+    if trace:
+        (debug_dir / TRACE_DIR_NAME).mkdir()
+        ours["TORCH_TRACE"] = str(debug_dir / TRACE_DIR_NAME)
+    return ours
+
+
+def _graphs(walked: WalkResult, debug_dir: Path, stderr: str, compiles: CompileDirectory, case_id: str, stamp: str
+            ) -> tuple[list[Graph], list[GraphSummary]]:
+    """The compiled graphs the run wrote, in order, and their summaries (with tlparse's files of each compile)."""
+    compile_ids = compile_ids_from_stderr(stderr)
+    graphs = [load_graph(p, debug_dir, compile_ids) for p in sorted(walked.graph_dirs, key=graph_sort_key)]
+    summaries = [summarise_graph(g, case_id, stamp) for g in graphs]
+    for summary in summaries:
+        if summary.compile_id:
+            summary.related = tlparse_related(compiles, case_id, stamp, summary.compile_id, summary.role)
+    return graphs, summaries
+
+
+def _located_failure(result: RunResult, stderr: str, graphs: list[Graph], debug_dir: Path, case_id: str,
+                     stamp: str, layer: str | None) -> tuple[bool, FailureLocation | None]:
+    """Whether the run failed, and where in the artifacts the failure is when it did."""
+    outcome = result.outcome
+    verdict = RunVerdict(result)
+    # A wrong result fails the run even when the script exits 0 after printing the mismatch.
+    accuracy = verdict.failed and verdict.classification.category == "accuracy"
+    failed = outcome.exit_code != 0 or outcome.timed_out or outcome.signal_name is not None or accuracy
+    failure = None
+    if failed:
+        stdout = result.stdout_text(FAILURE_TEXT_BYTES)
+        text = stderr if stderr.strip() else stdout
+        failure = locate_failure(text + ("\n" + stdout if accuracy and text is stderr else ""), graphs, debug_dir,
+                                 case_id, stamp, outcome.exit_code, outcome.signal_name, accuracy=accuracy,
+                                 layer=layer)
+    return failed, failure
+
+
+def _notes(walked: WalkResult, graph_count: int, trace: bool, timed_out: bool, timeout_s: float,
+           debug_dir: Path) -> list[str]:
+    """What the result leaves out (capped lists, the cache, empty files) and what trace=True would add."""
+    notes: list[str] = []
+    if walked.truncated:
+        notes.append(f"the debug directory holds more than {MAX_WALK_FILES} files; the index stops there")
+    if graph_count > MAX_GRAPHS_SHOWN:
+        notes.append(f"{graph_count} graphs: the first {MAX_GRAPHS_SHOWN} are shown, index.json lists all")
+    if not trace:
+        notes.append("trace=True adds TORCH_TRACE and tlparse: Dynamo's graph, the AOT joint/forward/backward "
+                     "graphs and the pre/post-grad graphs of each compile")
+    if timed_out:
+        notes.append(f"the run was killed after the timeout ({timeout_s:.0f}s); what was written until then is indexed")
+    if walked.cache_files:
+        notes.append(f"{walked.cache_files} files of Inductor's cache for this run (generated modules, C++ sources) "
+                     f"are under {debug_dir / CACHE_DIR_NAME}, not listed")
+    empty = sorted(f.rel for f in walked.files if f.size == 0 and f.graph is None)
+    if empty:
+        shown = ", ".join(empty[:4]) + (f" and {len(empty) - 4} more" if len(empty) > 4 else "")
+        notes.append(f"{len(empty)} empty file(s) not listed in files (nothing was logged there): {shown}")
+    return notes
 
 
 def _write_index(debug_dir: Path, case_id: str, stamp: str, result: CollectArtifactsResult, graphs: list[Graph],
