@@ -217,30 +217,9 @@ def locate_failure(
     hows: list[str] = []
     frame = generated[-1] if generated else None
     if frame is not None:
-        location.generated_frame = f"{frame.file}:{frame.line} in {frame.function}"
-        graph, how, same_module = _graph_of_frame(frame, graphs)
-        if graph is not None:
-            hows.append(how)
-            code = graph.code
-            assert code is not None
-            if same_module:
-                line = frame.line
-                kernel = (code.kernel_named(frame.function) or code.kernel_at(frame.line)
-                          or code.kernel_called_at(frame.line))
-                if kernel is not None:
-                    verb = "is in" if code.kernel_at(frame.line) else "calls"
-                    hows.append(f"line {frame.line} {verb} {kernel.name}")
-            else:
-                kernel = code.kernel_named(frame.function)
-                line = kernel.start if kernel else None
-            location.phase = "compile" if (in_compile and frame.function == "<module>") else "runtime"
+        graph, kernel, line = _generated_frame_location(location, frame, graphs, in_compile, hows)
     if kernel is None and errors:
-        owner = None
-        for error in errors:
-            owner = (_kernel_of_compiler_error(error, [graph]) if graph else None) \
-                or _kernel_of_compiler_error(error, graphs)
-            if owner:
-                break
+        owner = _compiler_error_owner(errors, graph, graphs)
         if owner is not None:
             graph, kernel, error_line = owner
             line = error_line or kernel.start
@@ -248,16 +227,70 @@ def locate_failure(
             hows.append(f"the compiler rejected {kernel.name}" + (f" at output_code.py line {error_line}"
                                                                    if error_line else ""))
     if graph is None and in_inductor and graphs:
-        # No frame in generated code, but the traceback is inside Inductor's compile of one graph: the
-        # graph it was compiling is the last one it started, the one left without output_code.py.
-        incomplete = [g for g in graphs if g.code is None]
-        graph = (incomplete or graphs)[-1]
-        location.phase = "compile"
-        hows.append("the traceback is in Inductor's compile of a graph and this is the last graph it started"
-                    + (" (it has no output_code.py)" if graph.code is None
-                       else " (every graph has output_code.py, so this is a guess)"))
+        graph = _last_started_graph(location, graphs, hows)
     if graph is None and kernel is None and accuracy:
         graph, kernel, line = _accuracy_location(location, text, graphs, case_id, stamp, layer, hows)
+    _point_at(location, graph, kernel, line, case_id, stamp)
+    if location.phase is None and in_compile:
+        location.phase = "compile"
+    if not hows:
+        hows.append(_nowhere(accuracy, layer))
+    location.how = "; ".join(hows)
+    return location
+
+
+def _generated_frame_location(location: FailureLocation, frame: Frame, graphs: list[Graph], in_compile: bool,
+                              hows: list[str]) -> tuple[Graph | None, Kernel | None, int | None]:
+    """The graph, kernel and line of the innermost frame in generated code (the phase it shows, how it was found)."""
+    location.generated_frame = f"{frame.file}:{frame.line} in {frame.function}"
+    kernel: Kernel | None = None
+    line: int | None = None
+    graph, how, same_module = _graph_of_frame(frame, graphs)
+    if graph is not None:
+        hows.append(how)
+        code = graph.code
+        assert code is not None
+        if same_module:
+            line = frame.line
+            kernel = (code.kernel_named(frame.function) or code.kernel_at(frame.line)
+                      or code.kernel_called_at(frame.line))
+            if kernel is not None:
+                verb = "is in" if code.kernel_at(frame.line) else "calls"
+                hows.append(f"line {frame.line} {verb} {kernel.name}")
+        else:
+            kernel = code.kernel_named(frame.function)
+            line = kernel.start if kernel else None
+        location.phase = "compile" if (in_compile and frame.function == "<module>") else "runtime"
+    return graph, kernel, line
+
+
+def _compiler_error_owner(errors: list[CompilerError], graph: Graph | None, graphs: list[Graph]
+                          ) -> tuple[Graph, Kernel, int | None] | None:
+    """The kernel the first placeable compiler error is in (in `graph` first, when one is known)."""
+    owner = None
+    for error in errors:
+        owner = (_kernel_of_compiler_error(error, [graph]) if graph else None) \
+            or _kernel_of_compiler_error(error, graphs)
+        if owner:
+            break
+    return owner
+
+
+def _last_started_graph(location: FailureLocation, graphs: list[Graph], hows: list[str]) -> Graph:
+    """No frame in generated code, but the traceback is inside Inductor's compile of one graph: the graph it
+    was compiling is the last one it started, the one left without output_code.py."""
+    incomplete = [g for g in graphs if g.code is None]
+    graph = (incomplete or graphs)[-1]
+    location.phase = "compile"
+    hows.append("the traceback is in Inductor's compile of a graph and this is the last graph it started"
+                + (" (it has no output_code.py)" if graph.code is None
+                   else " (every graph has output_code.py, so this is a guess)"))
+    return graph
+
+
+def _point_at(location: FailureLocation, graph: Graph | None, kernel: Kernel | None, line: int | None,
+              case_id: str, stamp: str) -> None:
+    """The graph, the kernel with its FX nodes, and the output_code.py line the location names."""
     if graph is not None:
         location.graph = graph.name
     if kernel is not None and graph is not None:
@@ -271,12 +304,6 @@ def locate_failure(
         location.output_code_line = line
         if line and 0 < line <= len(graph.code.lines):
             location.code_line = graph.code.lines[line - 1].strip()[:300]
-    if location.phase is None and in_compile:
-        location.phase = "compile"
-    if not hows:
-        hows.append(_nowhere(accuracy, layer))
-    location.how = "; ".join(hows)
-    return location
 
 
 def _nowhere(accuracy: bool, layer: str | None) -> str:
