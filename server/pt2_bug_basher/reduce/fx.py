@@ -24,7 +24,7 @@ import anyio
 
 from pt2_bug_basher.analysis.compare import FX_RESULT, describe, run_failure
 from pt2_bug_basher.case.store import CaseRecord, Store
-from pt2_bug_basher.execution.runs import execute
+from pt2_bug_basher.execution.runs import RunResult, execute
 from pt2_bug_basher.execution.warm import WarmRequest
 from pt2_bug_basher.reduce.evaluate import ForkServerEvaluator, case_cuda_available, fork_unsafe
 from pt2_bug_basher.reduce.ladder import LAUNCHER, PROBES, Reference, run_timeout
@@ -110,43 +110,86 @@ async def minify_fx(
     store: Store, case: CaseRecord, ref: Reference, script: Path, *, after: str, budget_s: float, progress,
     work_dir: Path, out_dir: Path, use_fork_server: bool = True,
 ) -> FxOutcome:
+    """Dump, minify and confirm (the module's three steps); the outcome says where it stopped and why."""
     started = time.monotonic()
     level = repro_level(ref)
     result = FxOutcome(ok=False, after=after, level=level)
     work_dir.mkdir(parents=True, exist_ok=True)
+    dump = await _dump(store, case, ref, script, after=after, level=level, work_dir=work_dir, progress=progress)
+    result.run_ids["dump"] = dump.run_id
+    launcher = _newest_launcher(work_dir)
+    if launcher is None:
+        result.problem = _no_launcher_problem(dump, after)
+        return _finished(result, started)
+    result.launcher = launcher
+    result.check_str = check_string(ref)
+    status_path = work_dir / "minifier-status.jsonl"
+    remaining = max(10.0, budget_s - (time.monotonic() - started))
+    minify_started = time.time()
+    run, on_gpu = await _run_minifier(store, case, ref, script, launcher, after=after, check_str=result.check_str,
+                                      status_path=status_path, timeout_s=remaining, progress=progress,
+                                      use_fork_server=use_fork_server)
+    result.run_ids["minify"] = run.run_id
+    result.timed_out = run.outcome.timed_out
+    events = _read_status(status_path)
+    trials = _read_trials(result, events, forked_on_gpu=on_gpu and use_fork_server)
+    errors = [e for e in events if e.get("kind") == "error"]
+    best = _smallest_checkpoint([launcher.parent, work_dir], minify_started - 1)
+    if errors and best is None:
+        result.problem, result.trial_output = _stopped_problem(errors[-1], result.check_str, trials, run)
+        return _finished(result, started)
+    if best is None:
+        result.problem = ("the minifier wrote no checkpoint" + (" before the budget ran out" if result.timed_out
+                                                                else "") + f": {run.outcome.describe_exit()}")
+        result.trial_output = run.stderr_text(3000)
+        return _finished(result, started)
+    await _confirm(store, case, ref, result, best, out_dir=out_dir, progress=progress)
+    return _finished(result, started)
+
+
+def _finished(result: FxOutcome, started: float) -> FxOutcome:
+    result.seconds = time.monotonic() - started
+    return result
+
+
+async def _dump(store: Store, case: CaseRecord, ref: Reference, script: Path, *, after: str, level: int,
+                work_dir: Path, progress) -> RunResult:
+    """Step 1: the repro runs with the minifier's dump settings, inside `work_dir`."""
     env = {**ref.env, "TORCHDYNAMO_REPRO_AFTER": after, "TORCHDYNAMO_REPRO_LEVEL": str(level),
            "TORCH_COMPILE_DEBUG_DIR": str(work_dir), "TORCHINDUCTOR_AUTOGRAD_CACHE": "0"}
     await progress(f"FX minifier: dumping the graph (after={after}, level={level})")
     # PyTorch's dump writes repro.py (and isolate/) into the working directory: never the user's.
-    dump = await execute(store, case, [case.python, str(script), *ref.args], tool="minify", cwd=work_dir,
+    return await execute(store, case, [case.python, str(script), *ref.args], tool="minify", cwd=work_dir,
                          env_add=env, timeout_s=run_timeout(ref), progress=progress, label="minifier dump run")
-    result.run_ids["dump"] = dump.run_id
-    launcher = _newest_launcher(work_dir)
-    if launcher is None:
-        verdict = run_failure(dump)
-        if not verdict.failed:
-            why = "the repro did not fail when run with the minifier's settings"
-        elif after == "aot":
-            why = ("no minifier_launcher.py was written. With after=\"aot\" PyTorch only dumps graphs that "
-                   "Inductor compiles: the failure happens before Inductor (in Dynamo or AOTAutograd) or with "
-                   "another backend")
-        else:
-            why = ("no minifier_launcher.py was written: the failure is not raised by the backend compiler on a "
-                   "captured graph (Dynamo itself fails, or the graph is never compiled)")
-        result.problem = f"{why}. The dump run ended: {describe(verdict)}"
-        result.seconds = time.monotonic() - started
-        return result
-    result.launcher = launcher
+
+
+def _no_launcher_problem(dump: RunResult, after: str) -> str:
+    """Why the dump run wrote no minifier_launcher.py, and how it ended."""
+    verdict = run_failure(dump)
+    if not verdict.failed:
+        why = "the repro did not fail when run with the minifier's settings"
+    elif after == "aot":
+        why = ("no minifier_launcher.py was written. With after=\"aot\" PyTorch only dumps graphs that "
+               "Inductor compiles: the failure happens before Inductor (in Dynamo or AOTAutograd) or with "
+               "another backend")
+    else:
+        why = ("no minifier_launcher.py was written: the failure is not raised by the backend compiler on a "
+               "captured graph (Dynamo itself fails, or the graph is never compiled)")
+    return f"{why}. The dump run ended: {describe(verdict)}"
+
+
+async def _run_minifier(
+    store: Store, case: CaseRecord, ref: Reference, script: Path, launcher: Path, *, after: str,
+    check_str: str | None, status_path: Path, timeout_s: float, progress, use_fork_server: bool,
+) -> tuple[RunResult, bool]:
+    """Step 2: PyTorch's `minify` on the launcher under the driver, its trials forked from a server where the
+    graph allows; the run, and whether the graph runs on CUDA (its trials then not forked)."""
     launcher_dir = launcher.parent
-    result.check_str = check_string(ref)
-    status_path = work_dir / "minifier-status.jsonl"
-    remaining = max(10.0, budget_s - (time.monotonic() - started))
     launcher_env = dict(_ENV_LINE.findall(launcher.read_text(errors="replace")))
     argv = [case.python, str(FX_DRIVER), "--launcher", str(launcher), "--status", str(status_path),
             "--backend-source", str(script), "--trial-timeout", f"{run_timeout(ref):.0f}"]
-    if result.check_str:
-        argv += ["--check-str", result.check_str]
-    minify_started = time.time()
+    if check_str:
+        argv += ["--check-str", check_str]
 
     async def report(_message: str) -> None:
         events = _read_status(status_path)
@@ -166,57 +209,58 @@ async def minify_fx(
             await forkserver.start(group)
             argv += ["--forkserver", str(forkserver.socket_path)]
         argv += ["--", "minify"]
-        if after == "aot" and result.check_str:
-            argv += ["--check-str", result.check_str]
+        if after == "aot" and check_str:
+            argv += ["--check-str", check_str]
         try:
             run = await execute(store, case, argv, tool="minify", cwd=launcher_dir, env_add=ref.env,
-                                timeout_s=remaining, progress=report, label="FX minifier")
+                                timeout_s=timeout_s, progress=report, label="FX minifier")
         finally:
             if forkserver is not None:
                 with anyio.CancelScope(shield=True):
                     await forkserver.aclose()
-    result.run_ids["minify"] = run.run_id
-    result.timed_out = run.outcome.timed_out
-    events = _read_status(status_path)
+    return run, on_gpu
+
+
+def _read_trials(result: FxOutcome, events: list[dict], *, forked_on_gpu: bool) -> list[dict]:
+    """The driver's status events into `result` (trials, their seconds, the log, the starting size); the trials."""
     trials = [e for e in events if e.get("kind") == "trial"]
     result.trials = len(trials)
     result.trial_seconds = round(sum(e.get("seconds", 0) for e in trials), 1)
     result.minifier_log = [e["line"] for e in events if e.get("kind") in ("minifier", "note")][-12:]
-    if on_gpu and use_fork_server:
+    if forked_on_gpu:
         result.minifier_log.append("the graph runs on CUDA: its trials ran in fresh processes, not forked ones")
     starts = [int(m.group(1)) for line in result.minifier_log + [e.get("line", "") for e in events]
               for m in [re.match(r"Started off with (\d+) nodes", line)] if m]
     checkpoints = [e["nodes"] for e in events if e.get("kind") == "checkpoint"]
     result.nodes_before = starts[0] if starts else (max(checkpoints) if checkpoints else None)
-    errors = [e for e in events if e.get("kind") == "error"]
-    best = _smallest_checkpoint([launcher_dir, work_dir], minify_started - 1)
-    if errors and best is None:
-        err = errors[-1]
-        result.problem = f"PyTorch's minifier stopped: {err['type']}: {err['message'][:600]}"
-        if "did not fail the tester" in err["message"]:
-            result.problem += (" — the original graph, rerun alone, does not fail"
-                               + (f" with {result.check_str!r}" if result.check_str else "") +
-                               ": the trial output below shows what it did instead")
-        if trials:
-            result.trial_output = _tail_file(Path(trials[-1]["stderr"]), 3000)
-        elif "InvalidBackend" in err["message"] or "InvalidBackend" in run.stderr_text(200_000):
-            result.problem += (" — the launcher names a backend it cannot find (a custom backend): define it at "
-                               "module level of the script so it can be registered, use after=\"aot\", or "
-                               "mode=\"source\"")
-        result.seconds = time.monotonic() - started
-        return result
-    if best is None:
-        result.problem = ("the minifier wrote no checkpoint" + (" before the budget ran out" if result.timed_out
-                                                                else "") + f": {run.outcome.describe_exit()}")
-        result.trial_output = run.stderr_text(3000)
-        result.seconds = time.monotonic() - started
-        return result
+    return trials
+
+
+def _stopped_problem(err: dict, check_str: str | None, trials: list[dict], run: RunResult) -> tuple[str, str | None]:
+    """The minifier's own error, with no checkpoint: (the problem, the last trial's output)."""
+    problem = f"PyTorch's minifier stopped: {err['type']}: {err['message'][:600]}"
+    if "did not fail the tester" in err["message"]:
+        problem += (" — the original graph, rerun alone, does not fail"
+                    + (f" with {check_str!r}" if check_str else "") +
+                    ": the trial output below shows what it did instead")
+    if trials:
+        return problem, _tail_file(Path(trials[-1]["stderr"]), 3000)
+    if "InvalidBackend" in err["message"] or "InvalidBackend" in run.stderr_text(200_000):
+        problem += (" — the launcher names a backend it cannot find (a custom backend): define it at "
+                    "module level of the script so it can be registered, use after=\"aot\", or "
+                    "mode=\"source\"")
+    return problem, None
+
+
+async def _confirm(store: Store, case: CaseRecord, ref: Reference, result: FxOutcome, best: tuple[Path, int], *,
+                   out_dir: Path, progress) -> None:
+    """Step 3: the smallest checkpoint, copied to `out_dir`, runs apart and is judged against the case's failure."""
     source, nodes = best
     result.nodes_after = nodes
     if result.nodes_before is None:
         result.nodes_before = nodes
     out_dir.mkdir(parents=True, exist_ok=True)
-    target = out_dir / f"fx_{after}_{nodes}nodes_{time.strftime('%H%M%S')}.py"
+    target = out_dir / f"fx_{result.after}_{nodes}nodes_{time.strftime('%H%M%S')}.py"
     shutil.copyfile(source, target)
     result.minimized = target
     await progress(f"FX minifier: confirming the {nodes}-node repro in a separate process")
@@ -231,8 +275,6 @@ async def minify_fx(
     result.confirmed = result.match is not None
     result.confirm_failure = describe(verdict)
     result.ok = True
-    result.seconds = time.monotonic() - started
-    return result
 
 
 def _tail_file(path: Path, limit: int) -> str:
