@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import anyio
 from pydantic import BaseModel, Field, PrivateAttr
@@ -90,6 +91,27 @@ class _Group:
     selectors: list[str]
     keyword: str | None = None
     only: str | None = None
+    registered: bool = False
+    """the registered test's variants: exactly the tests this run ran"""
+
+
+class _Place(NamedTuple):
+    """Where the tests run: pytest's rootdir, its working directory, and what the environment adds."""
+
+    root: Path
+    cwd: Path
+    env_add: dict[str, str]
+
+
+@dataclass
+class _Ran:
+    """What the groups' pytest runs found, merged: the tests, the registered test's node ids, the runs."""
+
+    report: PytestReport = field(default_factory=PytestReport)
+    registered_ids: set[str] = field(default_factory=set)
+    run_ids: list[str] = field(default_factory=list)
+    workers: int = 0
+    usage: list[str] = field(default_factory=list)
 
 
 async def run_tests(state: AppState, case_id: str, tests: list[str] | None = None, k: str | None = None,
@@ -99,8 +121,6 @@ async def run_tests(state: AppState, case_id: str, tests: list[str] | None = Non
     record verification when they pass on the current state of the code. run_nearby=None: the nearby tests
     run on where="repo" (verification needs them), not on the worktree. sweep=None: the regression sweep runs
     on where="repo" when fewer than SWEEP_NEARBY_BELOW nearby tests were found."""
-    from pt2_bug_basher.execution import worktrees
-
     if run_nearby is None:
         run_nearby = where == "repo"
 
@@ -113,18 +133,8 @@ async def run_tests(state: AppState, case_id: str, tests: list[str] | None = Non
                          "tests in the worktree, to look into it)")
     repo = Path(case.repo).resolve()
     notes: list[str] = []
-    if where == "worktree":
-        record = worktrees.case_worktree(state.store, case)
-        root = Path(record.path)
-        cwd, env_add, wt_notes = worktrees.run_environment(record)
-        notes.extend(wt_notes)
-    elif where == "repo":
-        root, env_add = repo, {}
-        cwd, repo_notes = session.repo_cwd(case, repo, registered.test_file)
-        notes.extend(repo_notes)
-    else:
-        raise InvalidInput(f"where must be 'repo' or 'worktree', not {where!r}.")
-    explicit = [_selector(state, case, root, t) for t in (tests or [])]
+    place = _place(state, case, repo, registered, where, notes)
+    explicit = [_selector(state, case, place.root, t) for t in (tests or [])]
     if len(explicit) > MAX_TESTS:
         raise InvalidInput(f"pass at most {MAX_TESTS} tests; use k=... to select many.")
     keyword = session.check_selector(k, "k") if k else None
@@ -132,28 +142,68 @@ async def run_tests(state: AppState, case_id: str, tests: list[str] | None = Non
     tree_before = await anyio.to_thread.run_sync(lambda: flow.tree_hash) if where == "repo" else None
 
     nearby, keywords = await _nearby(state, flow, repo, registered, notes, min(timeout, COLLECT_TIMEOUT_S), progress)
+    groups = _groups(registered, explicit, keyword, nearby[:RUN_NEARBY_LIMIT] if run_nearby else [])
+    ran = await _run_groups(state, case, groups, registered, place, timeout, progress)
+    notes.extend(f"pytest: {u}" for u in ran.usage)
+
+    if sweep is None:
+        sweep = where == "repo" and len(nearby) < SWEEP_NEARBY_BELOW
+    if sweep and where != "repo":
+        raise InvalidInput("sweep=true runs on where=\"repo\" (it compares your tree with the worktree of main).")
+    swept = await _sweep(state, flow, place.cwd, min(SWEEP_BUDGET_S, timeout / 2), progress, notes) if sweep else None
+    result = _summarise(case_id, where, ran.report, registered, ran.registered_ids, nearby, keywords, ran.run_ids,
+                        ran.workers, notes)
+    result.sweep = swept
+    if where == "repo":
+        tree_after = await anyio.to_thread.run_sync(_tree_hash, case.repo)
+        _record_verification(state, case_id, result, ran.report, registered, ran.registered_ids, nearby,
+                             tree_before, tree_after)
+    await _conclude(state, flow, result, ran, registered, where)
+    return result
+
+
+def _place(state: AppState, case: CaseRecord, repo: Path, registered: TestEvidence, where: str,
+           notes: list[str]) -> _Place:
+    """The repository (run from the registered test's directory) or the case's worktree of main."""
+    from pt2_bug_basher.execution import worktrees
+
+    if where == "worktree":
+        record = worktrees.case_worktree(state.store, case)
+        cwd, env_add, wt_notes = worktrees.run_environment(record)
+        notes.extend(wt_notes)
+        return _Place(Path(record.path), cwd, env_add)
+    if where == "repo":
+        cwd, repo_notes = session.repo_cwd(case, repo, registered.test_file)
+        notes.extend(repo_notes)
+        return _Place(repo, cwd, {})
+    raise InvalidInput(f"where must be 'repo' or 'worktree', not {where!r}.")
+
+
+def _groups(registered: TestEvidence, explicit: list[str], keyword: str | None,
+            nearby: list[NearbyTest]) -> list[_Group]:
+    """The pytest runs: the node ids (the registered test's, the given ones, the nearby tests to run), the
+    given files under -k, and a generated registered test's variants by exact names."""
     groups: list[_Group] = []
     generated = bool(registered.keyword)
     node_selectors = [] if generated else [registered.node_id]
     node_selectors += [s for s in explicit if "::" in s or not keyword]
-    if run_nearby:
-        node_selectors += [n.node_id for n in nearby[:RUN_NEARBY_LIMIT]]
+    node_selectors += [n.node_id for n in nearby]
     node_selectors = list(dict.fromkeys(node_selectors))
     if node_selectors:
         groups.append(_Group(node_selectors))
     if keyword:
         files = [s for s in explicit if "::" not in s] or [registered.test_file]
         groups.append(_Group(list(dict.fromkeys(files)), keyword=keyword))
-    registered_group = _Group([registered.test_file], only=qualified_name(registered)) if generated else None
-    if registered_group:
-        groups.append(registered_group)
+    if generated:
+        groups.append(_Group([registered.test_file], only=qualified_name(registered), registered=True))
+    return groups
 
+
+async def _run_groups(state: AppState, case: CaseRecord, groups: list[_Group], registered: TestEvidence,
+                      place: _Place, timeout: float, progress: ProgressFn | None) -> _Ran:
+    """Each group's pytest run, the tests merged (a node id counted once)."""
     python_workers: int | None = None  # probed once, only when a group selects several tests
-    merged = PytestReport()
-    registered_ids = {registered.node_id}
-    run_ids: list[str] = []
-    workers_used = 0
-    usage: list[str] = []
+    ran = _Ran(registered_ids={registered.node_id})
     for group in groups:
         selectors, kw = group.selectors, group.keyword
         # pytest-xdist for whole files, -k selections and long lists; the registered test's variants and a
@@ -161,37 +211,30 @@ async def run_tests(state: AppState, case_id: str, tests: list[str] | None = Non
         many = kw is not None or any("::" not in s for s in selectors) or len(selectors) > session.XDIST_MIN_TESTS
         if many and python_workers is None:
             python_workers = xdist_workers() if await session.has_xdist(state.store, case.python) else 0
-        ran = await session.run_pytest(state.store, case, selectors, cwd=cwd, rootdir=root, keyword=kw,
-                                       only=group.only, env_add=env_add, tool=ToolName.run_tests.value,
+        one = await session.run_pytest(state.store, case, selectors, cwd=place.cwd, rootdir=place.root, keyword=kw,
+                                       only=group.only, env_add=place.env_add, tool=ToolName.run_tests.value,
                                        timeout_s=timeout, progress=progress,
                                        workers=(python_workers or 0) if many else 0,
                                        label=f"pytest ({len(selectors)} selectors{', -k ' + kw if kw else ''})")
-        run_ids.append(ran.run_id)
-        workers_used = max(workers_used, ran.workers)
-        if ran.usage_error and not ran.report.tests:
-            usage.append(ran.usage_error)
-        if group is registered_group:  # the registered test's variants: exactly the tests of this run
-            registered_ids |= {t.node_id for t in ran.report.tests}
-        seen = {t.node_id for t in merged.tests}
-        merged.tests.extend(t for t in ran.report.tests if t.node_id not in seen)
-        merged.collection_errors.extend(ran.report.collection_errors)
-    notes.extend(f"pytest: {u}" for u in usage)
+        ran.run_ids.append(one.run_id)
+        ran.workers = max(ran.workers, one.workers)
+        if one.usage_error and not one.report.tests:
+            ran.usage.append(one.usage_error)
+        if group.registered:  # the registered test's variants: exactly the tests of this run
+            ran.registered_ids |= {t.node_id for t in one.report.tests}
+        seen = {t.node_id for t in ran.report.tests}
+        ran.report.tests.extend(t for t in one.report.tests if t.node_id not in seen)
+        ran.report.collection_errors.extend(one.report.collection_errors)
+    return ran
 
-    if sweep is None:
-        sweep = where == "repo" and len(nearby) < SWEEP_NEARBY_BELOW
-    if sweep and where != "repo":
-        raise InvalidInput("sweep=true runs on where=\"repo\" (it compares your tree with the worktree of main).")
-    swept = await _sweep(state, flow, cwd, min(SWEEP_BUDGET_S, timeout / 2), progress, notes) if sweep else None
-    result = _summarise(case_id, where, merged, registered, registered_ids, nearby, keywords, run_ids,
-                        workers_used, notes)
-    result.sweep = swept
-    if where == "repo":
-        tree_after = await anyio.to_thread.run_sync(_tree_hash, case.repo)
-        _record_verification(state, case_id, result, merged, registered, registered_ids, nearby, tree_before,
-                             tree_after)
+
+async def _conclude(state: AppState, flow: Workflow, result: RunTestsResult, ran: _Ran, registered: TestEvidence,
+                    where: str) -> None:
+    """The next step: verification resting on the registered test alone says so; a stale earlier step first."""
+    case_id = result.case_id
     result.next_step = _next(case_id, result, registered, where)
     if (result.verified and not result.nearby and not _swept(result.sweep)
-            and all(t.node_id in registered_ids for t in merged.tests)):
+            and all(t.node_id in ran.registered_ids for t in ran.report.tests)):
         result.next_step = _alone(case_id, flow) + result.next_step
     if result.verified:
         status = await state.status(case_id)
@@ -199,7 +242,6 @@ async def run_tests(state: AppState, case_id: str, tests: list[str] | None = Non
         if stale is not None:  # e.g. the test changed after the check on main: review would refuse
             result.next_step = (f"Verified, but an earlier step needs redoing before the review: step {stale.number} "
                                 f"({stale.title}) is stale: {stale.tool_call}")
-    return result
 
 
 def _selector(state: AppState, case: CaseRecord, root: Path, test: str) -> str:
