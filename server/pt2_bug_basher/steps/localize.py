@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import anyio
@@ -23,6 +23,7 @@ from pt2_bug_basher.analysis.suspects import (
 )
 from pt2_bug_basher.case.pages import read_tail
 from pt2_bug_basher.case.scripts import copy_note
+from pt2_bug_basher.case.store import CaseRecord
 from pt2_bug_basher.domain.bisection import BisectReport
 from pt2_bug_basher.domain.evidence import Suspect
 from pt2_bug_basher.domain.names import CLOSED, Step, ToolName
@@ -65,116 +66,159 @@ async def localize(
     the spectra of every rung and variant rank torch's functions, merged with the other evidence."""
     flow = await state.gate(ToolName.localize, case_id)
     case = flow.case
-    progress = progress or ignore_progress
     ref = load_reference(state.store, case)
     chosen = state.case_script(case, script or str(ref.script))
-    path = chosen.path
     misses = [state.case_script(case, p, "near-miss script").path for p in near_misses]
-    limiter = anyio.CapacityLimiter(usable_cpus())
-    found: dict[str, BisectReport] = {}
-    tables: dict[str, BisectorTable] = {}
-    table_read = anyio.Event()
-    problems: list[str] = []
+    run = _LadderRun(state, case, ref, chosen.path, misses, progress or ignore_progress, bisect_budget_s,
+                     variants_budget_s)
+    result = await run.ladder()
+    _gather(result, run)
+    await _rank(result, run.spectra)
+    changes = await _recent(result, Path(case.repo), run.spectra)
+    _explain(result, changes)
+    if note := copy_note(chosen):
+        result.notes.append(note)
+    await _record(state, case_id, result)
+    return result
 
-    servers: dict[str, ForkServerEvaluator] = {}
-    server_ready = anyio.Event()
+
+@dataclass
+class _LadderRun:
+    """What localize's parts share while the ladder runs: the bisector's table and trial server (read once the
+    eager rung does not fail the case's way), the bisection's report, and the spectra and variants' runs."""
+
+    state: AppState
+    case: CaseRecord
+    ref: Reference
+    path: Path
+    misses: list[Path]
+    progress: ProgressFn
+    bisect_budget_s: float
+    variants_budget_s: float
+    limiter: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(usable_cpus()))
+    table: BisectorTable | None = None
+    server: ForkServerEvaluator | None = None
+    report: BisectReport | None = None
+    problems: list[str] = field(default_factory=list)
+    spectra: list[Spectrum] = field(default_factory=list)
+    varied: list[VariantRun] = field(default_factory=list)
+    table_read: anyio.Event = field(default_factory=anyio.Event)
+    server_ready: anyio.Event = field(default_factory=anyio.Event)
     # The bisector's table and trial server are only wanted when the bug may be below Dynamo: they wait for
     # the eager rung not to fail the case's way, so a Dynamo bug's ladder has the cores to itself.
-    below_dynamo = anyio.Event()
-    read_scope = anyio.CancelScope()
+    below_dynamo: anyio.Event = field(default_factory=anyio.Event)
+    read_scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    started: float = field(default_factory=time.monotonic)
 
-    def on_row(row: LadderRow) -> None:
+    async def ladder(self) -> LocalizeResult:
+        """The ladder, with the bisector read beside it; the trial server is closed when it ends."""
+        async with anyio.create_task_group() as group:
+            group.start_soon(self.read, group)
+            try:
+                result = await run_ladder(self.state.store, self.case, self.ref, self.path, progress=self.progress,
+                                          limiter=self.limiter, below=self.below, on_row=self.on_row,
+                                          spectra=self.spectra)
+            finally:
+                if self.below_dynamo.is_set():
+                    await self.server_ready.wait()
+                else:
+                    self.read_scope.cancel()
+                if self.server is not None:
+                    await self.server.aclose()
+        return result
+
+    def on_row(self, row: LadderRow) -> None:
         if row.backend == "eager" and row.dynamic == "script" and row.outcome != "same failure":
-            below_dynamo.set()
+            self.below_dynamo.set()
 
-    async def read(group: TaskGroup) -> None:
+    async def read(self, group: TaskGroup) -> None:
         """The bisector's table, then (a CPU-only torch) a warm trial server, both while the ladder runs."""
-        with read_scope:
-            await below_dynamo.wait()
-        if read_scope.cancel_called:
+        with self.read_scope:
+            await self.below_dynamo.wait()
+        if self.read_scope.cancel_called:
             return
         try:
-            tables["table"] = await read_table(state.store, case, path.parent)
+            self.table = await read_table(self.state.store, self.case, self.path.parent)
         except Exception as exc:  # noqa: BLE001 - an older torch without the bisector: the ladder still stands
-            problems.append(f"the compiler bisector could not be read from the case's torch: {exc}")
+            self.problems.append(f"the compiler bisector could not be read from the case's torch: {exc}")
         finally:
-            table_read.set()
+            self.table_read.set()
         try:
-            table = tables.get("table")
-            if table is not None and not table.cuda and bisect_budget_s > 0:
-                server = await start_trial_server(state.store, case, ref, group, progress)
-                if server is not None:
-                    servers["trials"] = server
+            if self.table is not None and not self.table.cuda and self.bisect_budget_s > 0:
+                self.server = await start_trial_server(self.state.store, self.case, self.ref, group, self.progress)
         finally:
-            server_ready.set()
+            self.server_ready.set()
 
-    spectra: list[Spectrum] = []
-    varied: list[VariantRun] = []
-
-    started = time.monotonic()
-
-    async def below(first: str | None) -> None:
-        await bisect(first)
-        report = found.get("report")
+    async def below(self, first: str | None) -> None:
+        """Below the first failing backend: the bisection, then the near-miss variants."""
+        await self.bisect(first)
+        report = self.report
         # generated variants only where nothing else says where: not when the bisection isolated the culprit,
         # nor for an exception raised inside torch (its frames say where); the agent's near misses always run
         isolated = report is not None and (report.culprit is not None or report.config is not None)
-        generated = variants_budget_s > 0 and not isolated and (
-            ref.category == "accuracy" or not exception_suspects(_reproduction_errors(state, ref)))
+        generated = self.variants_budget_s > 0 and not isolated and (
+            self.ref.category == "accuracy" or not exception_suspects(_reproduction_errors(self.state, self.ref)))
         # the variants may take about half what localize took to get here, so its wall time grows by at most half
-        budget = min(variants_budget_s, max(VARIANTS_FLOOR_S, VARIANTS_SHARE * (time.monotonic() - started)))
-        if generated or misses:
-            varied.extend(await run_variants(
-                state.store, case, ref.failure, ref.env, ref.args, path, launcher=LAUNCHER, backend=first,
-                timeout_s=run_timeout(ref), limiter=limiter, progress=progress, budget_s=budget,
-                near_misses=misses, generated=generated))
+        budget = min(self.variants_budget_s,
+                     max(VARIANTS_FLOOR_S, VARIANTS_SHARE * (time.monotonic() - self.started)))
+        if generated or self.misses:
+            ref = self.ref
+            self.varied.extend(await run_variants(
+                self.state.store, self.case, ref.failure, ref.env, ref.args, self.path, launcher=LAUNCHER,
+                backend=first, timeout_s=run_timeout(ref), limiter=self.limiter, progress=self.progress,
+                budget_s=budget, near_misses=self.misses, generated=generated))
 
-    async def bisect(first: str | None) -> None:
-        if first in BISECTABLE_BACKENDS and bisect_budget_s > 0:
-            await table_read.wait()
-            if "table" not in tables:
+    async def bisect(self, first: str | None) -> None:
+        if first in BISECTABLE_BACKENDS and self.bisect_budget_s > 0:
+            await self.table_read.wait()
+            if self.table is None:
                 return
-            await server_ready.wait()
-            found["report"] = await bisect_below(state.store, case, ref, path, first, progress=progress,
-                                                 cwd=path.parent, budget_s=bisect_budget_s,
-                                                 table=tables.get("table"), limiter=limiter,
-                                                 forked=servers.get("trials"))
+            await self.server_ready.wait()
+            self.report = await bisect_below(self.state.store, self.case, self.ref, self.path, first,
+                                             progress=self.progress, cwd=self.path.parent,
+                                             budget_s=self.bisect_budget_s, table=self.table, limiter=self.limiter,
+                                             forked=self.server)
 
-    async with anyio.create_task_group() as group:
-        group.start_soon(read, group)
-        try:
-            result = await run_ladder(state.store, case, ref, path, progress=progress, limiter=limiter, below=below,
-                                      on_row=on_row, spectra=spectra)
-        finally:
-            if below_dynamo.is_set():
-                await server_ready.wait()
-            else:
-                read_scope.cancel()
-            if "trials" in servers:
-                await servers["trials"].aclose()
-    result.notes += problems
-    if "report" in found:
-        result.bisection = found["report"]
+
+def _gather(result: LocalizeResult, run: _LadderRun) -> None:
+    """The bisection's report and suspects, the exception's frames, and the variants, into the ladder's result."""
+    result.notes += run.problems
+    if run.report is not None:
+        result.bisection = run.report
         result.suspects = bisect_suspects(result.bisection)
-    elif result.first_failing in BISECTABLE_BACKENDS and bisect_budget_s == 0:
+    elif result.first_failing in BISECTABLE_BACKENDS and run.bisect_budget_s == 0:
         result.notes.append("bisection below the backend was skipped (bisect_budget_s=0).")
-    if ref.category != "accuracy":  # a mismatch is raised by the comparison, not where the bug is
-        result.suspects += [s for s in exception_suspects(_reproduction_errors(state, ref))
+    if run.ref.category != "accuracy":  # a mismatch is raised by the comparison, not where the bug is
+        result.suspects += [s for s in exception_suspects(_reproduction_errors(run.state, run.ref))
                             if (s.file, s.line) not in {(t.file, t.line) for t in result.suspects}]
-    result.variants = [v.outcome for v in varied]
+    result.variants = [v.outcome for v in run.varied]
     result.circumstances = circumstances(result.variants)
-    spectra += [v.spectrum for v in varied if v.spectrum is not None]
+    run.spectra += [v.spectrum for v in run.varied if v.spectrum is not None]
+
+
+async def _rank(result: LocalizeResult, spectra: list[Spectrum]) -> None:
+    """The spectra's ranked functions merged into the suspects; a note when no run passed."""
     result.suspects = merge(result.suspects, await anyio.to_thread.run_sync(spectral, spectra))
     if spectra and all(s.failed for s in spectra):
         result.notes.append(NO_PASSING_RUN)
+
+
+async def _recent(result: LocalizeResult, repo: Path, spectra: list[Spectrum]) -> list[FunctionChange]:
+    """The suspects (and code generation, and recently changed lines the failing runs ran) that recent commits
+    changed, moved first; the changes, most recent first."""
     places = [(s.file, s.line, s.function) for s in result.suspects[:MAX_BLAMED] if s.line]
     if result.bisection is not None:
         places += [(c.file, c.line, c.function) for c in result.bisection.codegen[:MAX_BLAMED_CODEGEN] if c.line]
-    ran = await anyio.to_thread.run_sync(changed_functions_ran, Path(case.repo), spectra)
+    ran = await anyio.to_thread.run_sync(changed_functions_ran, repo, spectra)
     places += [(r.file, r.line, r.function) for r in ran]
-    changes = await anyio.to_thread.run_sync(recent_changes, Path(case.repo), places,
+    changes = await anyio.to_thread.run_sync(recent_changes, repo, places,
                                              {(r.file, r.function): r.why for r in ran})
     result.suspects = changed_first(result.suspects, changes)
+    return changes
+
+
+def _explain(result: LocalizeResult, changes: list[FunctionChange]) -> None:
+    """The first suspect, the near misses' circumstances and the change to read, in the result's meaning."""
     if result.suspects:
         top = result.suspects[0]
         result.meaning += f" First suspect: {top.function} at {top.file}:{top.line} ({top.why})."
@@ -190,8 +234,10 @@ async def localize(
     elif changed:
         result.meaning += f" {changed[0]}"
         result.notes += changed[1:]
-    if note := copy_note(chosen):
-        result.notes.append(note)
+
+
+async def _record(state: AppState, case_id: str, result: LocalizeResult) -> None:
+    """The suspects onto the case's localization; no reduction proposed to a case that has one."""
     record = state.store.localization(case_id)
     if record is not None:
         record.suspects = result.suspects
@@ -200,7 +246,6 @@ async def localize(
     reduced = next(s for s in status.steps if s.step == Step.reduce)
     if reduced.status in CLOSED:  # never propose a reduction the case already has
         result.next_step = f"Step 3 is complete already ({reduced.evidence}). {status.next_step}"
-    return result
 
 
 def spectral(spectra: list[Spectrum]) -> list[tuple[Suspect, int]]:
