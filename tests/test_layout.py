@@ -135,3 +135,26 @@ def test_tool_modules_are_thin_adapters_over_steps():
     for name, deps in graph.items():
         if name.startswith("pt2_bug_basher.steps."):
             assert not any(d.startswith("pt2_bug_basher.mcp_server") for d in deps), (name, deps)
+
+
+MAX_FUNCTION_LINES = 80  # _probes/ run inside the user's interpreter, standalone: they are left out
+
+
+def long_functions(tree: ast.AST, limit: int) -> list[tuple[str, int]]:
+    """(name, lines) of each function or method longer than limit, nested ones counted in their parent."""
+    return [(n.name, n.end_lineno - n.lineno + 1) for n in ast.walk(tree)
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno
+            and n.end_lineno - n.lineno + 1 > limit]
+
+
+def test_the_long_function_finder_finds_one():
+    body = "\n".join(f"    x{i} = {i}" for i in range(5))
+    tree = ast.parse(f"def short():\n    pass\n\ndef long():\n{body}\n")
+    assert long_functions(tree, 5) == [("long", 6)]
+
+
+def test_no_function_over_80_lines_outside_the_probes():
+    found = [f"{p.relative_to(PACKAGE)}: {name} {lines}" for p in sorted(PACKAGE.rglob("*.py"))
+             if "_probes" not in p.parts
+             for name, lines in long_functions(ast.parse(p.read_text(encoding="utf-8")), MAX_FUNCTION_LINES)]
+    assert found == []
