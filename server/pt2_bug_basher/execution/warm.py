@@ -26,8 +26,9 @@ A warm interpreter is used only when all of these hold, otherwise the run is a f
     torch's sources it refuses, stops, and the next run starts a new one.
 
 At most MAX_SERVERS of them run at once in this process (the least recently used is stopped first).
-One exits after IDLE_S without a request, when this server's process is gone, when the MCP server it
-serves stops (`stop_all`), or when the worktree it imports from is removed (`stop_using`).
+One exits after IDLE_S without a request, when this server's process is gone (or exits: `stop_all`), or
+when the worktree it imports from is removed (`stop_using`). It outlives a client's connection: an
+in-process client's connection is a lifespan of its own, and a run a minute later is served warm.
 """
 
 from __future__ import annotations

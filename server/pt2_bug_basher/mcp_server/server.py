@@ -10,7 +10,6 @@ import importlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import anyio
 from mcp.server import MCPServer
 
 from pt2_bug_basher import __version__
@@ -51,13 +50,10 @@ def create_server(config: ServerConfig) -> MCPServer:
 
     @asynccontextmanager
     async def lifespan(_server: MCPServer) -> AsyncIterator[AppState]:
+        # Per connection for an in-process client: the warm interpreters outlive it (they stop when idle,
+        # when the least recently used gives way, or when this process exits).
         await state.recover()
-        try:
-            yield state
-        finally:
-            from pt2_bug_basher.execution.warm import stop_all
-
-            await anyio.to_thread.run_sync(stop_all, state.store)  # this server's warm interpreters
+        yield state
 
     mcp = MCPServer(SERVER_NAME, title="PT2 Bug Basher", version=__version__, instructions=INSTRUCTIONS,
                     lifespan=lifespan)
