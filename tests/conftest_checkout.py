@@ -34,8 +34,10 @@ class Mini:
 
     def new_case(self, torch_from_repo: bool = False, python: str = sys.executable,
                  torch_env: dict | None = None) -> str:
-        """A case as check_env opens it; torch_env adds to the seeded torch report (cuda_available, gpus, ...)."""
-        torch = {"imported_from_repo": torch_from_repo, "version": "seeded", **(torch_env or {})}
+        """A case as check_env opens it on a machine without CUDA (its runs may be forked from a warm
+        interpreter); torch_env adds to or overrides the seeded torch report (cuda_available, gpus, ...)."""
+        torch = {"imported_from_repo": torch_from_repo, "version": "seeded", "cuda_available": False, "gpus": [],
+                 **(torch_env or {})}
         case = self.store.create_case(str(self.repo), python, {"torch": torch})
         self.store.add_evidence(case.case_id, "environment", True, f"seeded: {python}",
                                 data=EnvironmentEvidence(python=python))
