@@ -468,9 +468,9 @@ FRAME_KINDS: tuple[FrameKind, ...] = (
         f"{_T}/_higher_order_ops/triton_kernel_wrap.py", "__call__"),
     # the line calls torch.export (or torch._dynamo.export): what follows is export
     _fk("calls_export", "export", lambda path, func, code, t: bool(_CALLS_EXPORT.search(code)),
-        "/work/repro.py", "main", code="ep = torch.export.export(m, (x,))", in_torch=False),
+        "/home/me/repro.py", "main", code="ep = torch.export.export(m, (x,))", in_torch=False),
     _fk("user", "user", lambda path, func, code, t: not t and not _LIB_PATH.search(path),
-        "/work/repro.py", "forward", in_torch=False),
+        "/home/me/repro.py", "forward", in_torch=False),
     _fk("lib", "lib", lambda path, func, code, t: not t,
         "/usr/lib/python3.11/site-packages/numpy/core/fromnumeric.py", "sum", in_torch=False),
     _fk("autotune_compile", "triton", lambda path, func, code, t: _in_autotune(path) and "compile" in func,
