@@ -268,7 +268,7 @@ def _outcome(verdict: Failure, match: str | None, compiled: bool) -> str:
         return "same failure"
     if verdict.failed:
         return "different failure"
-    return "passes" if compiled else "not compiled"
+    return "passes"
 
 
 @dataclass

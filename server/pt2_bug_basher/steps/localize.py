@@ -7,6 +7,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import anyio
@@ -127,6 +128,11 @@ class _LadderRun:
                     await self.server.aclose()
         return result
 
+    @cached_property
+    def raised(self) -> list[Suspect]:
+        """What the reproduction's exception frames name (its stderr read once, when first asked)."""
+        return exception_suspects(_reproduction_errors(self.state, self.ref))
+
     def on_row(self, row: LadderRow) -> None:
         if row.backend == "eager" and row.dynamic == "script" and row.outcome != "same failure":
             self.below_dynamo.set()
@@ -157,7 +163,7 @@ class _LadderRun:
         # nor for an exception raised inside torch (its frames say where); the agent's near misses always run
         isolated = report is not None and (report.culprit is not None or report.config is not None)
         generated = self.variants_budget_s > 0 and not isolated and (
-            self.ref.category == "accuracy" or not exception_suspects(_reproduction_errors(self.state, self.ref)))
+            self.ref.category == "accuracy" or not self.raised)
         # the variants may take about half what localize took to get here, so its wall time grows by at most half
         budget = min(self.variants_budget_s,
                      max(VARIANTS_FLOOR_S, VARIANTS_SHARE * (time.monotonic() - self.started)))
@@ -189,7 +195,7 @@ def _gather(result: LocalizeResult, run: _LadderRun) -> None:
     elif result.first_failing in BISECTABLE_BACKENDS and run.bisect_budget_s == 0:
         result.notes.append("bisection below the backend was skipped (bisect_budget_s=0).")
     if run.ref.category != "accuracy":  # a mismatch is raised by the comparison, not where the bug is
-        result.suspects += [s for s in exception_suspects(_reproduction_errors(run.state, run.ref))
+        result.suspects += [s for s in run.raised
                             if (s.file, s.line) not in {(t.file, t.line) for t in result.suspects}]
     result.variants = [v.outcome for v in run.varied]
     result.circumstances = circumstances(result.variants)
