@@ -18,8 +18,8 @@ from pt2_bug_basher.mcp_server.server import create_server
 REPO_ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO_ROOT / "examples"
 
-# The small-repository fixtures (mini, mini_branch_bug) for every test module.
-pytest_plugins = ["conftest_checkout"]
+# The small-repository fixtures (mini, mini_branch_bug), and the fast tier (`-m "not slow"`), for every module.
+pytest_plugins = ["conftest_checkout", "conftest_tiers"]
 
 
 @pytest.fixture(scope="session", autouse=True)
