@@ -305,6 +305,8 @@ async def test_a_small_repro_gets_a_short_source_reduction(module_config):
     data = result.structured_content
     assert data["mode"] == "source" and data["budget_s"] == 60, data
     assert any("small already" in note for note in data["notes"]), data["notes"]
+    # a polish: statements and constants, not the library's expression-level pass
+    assert "statements" in data["source"]["phases"] and "pysource-minimize" not in data["source"]["phases"], data
     # the budget, plus the confirming run in a fresh process after it (slow on two loaded cores)
     assert data["confirmed"] and data["seconds"] <= 60 + 20, data
     assert "larger budget_s" not in data["next_step"], data["next_step"]  # a small result is used as it is

@@ -149,11 +149,11 @@ async def run_minify(store: Store, case: CaseRecord, ref: Reference, script: Pat
         judged_note = f"not already minimal: {judged.why_not}"
         mode, after, why = pick_mode(store, case, ref)
         polish_s = judged.polish_budget_s if judged.small else None
-        if mode == "source" and judged.small and budget_s > judged.polish_budget_s:
-            judged_note += (f"; small already ({judged.describe()}), so the source reducer only polishes it and "
-                            f"gets {judged.polish_budget_s:.0f} s of the {budget_s:.0f} s budget "
-                            "(mode=\"source\" takes the whole budget)")
-            budget_s = judged.polish_budget_s
+        if mode == "source" and judged.small:
+            budget_s = min(budget_s, judged.polish_budget_s)
+            judged_note += (f"; small already ({judged.describe()}), so the source reducer only polishes it: "
+                            f"statements, one-expression helpers and constants, within {budget_s:.0f} s "
+                            "(mode=\"source\" runs every pass, the expression-level one too, with the whole budget)")
     stamp = time.strftime("%Y%m%d-%H%M%S")
     work = store.case_dir(case.case_id) / "minify" / f"{mode}-{stamp}-{time.monotonic_ns() % 10**6}"
     result = MinifyResult(case_id=case.case_id, mode=mode, why_mode=why, script=str(script), budget_s=budget_s,
@@ -171,9 +171,9 @@ async def run_minify(store: Store, case: CaseRecord, ref: Reference, script: Pat
                                   script=str(script), budget_s=budget_s, seconds=0.0, next_step="", fx=fx,
                                   notes=list(result.notes))
             await _source(store, case, ref, script, remaining, progress, work.with_name(work.name + "-src"),
-                          result, cwd)
+                          result, cwd, polish=polish_s is not None)
     else:
-        await _source(store, case, ref, script, budget_s, progress, work, result, cwd)
+        await _source(store, case, ref, script, budget_s, progress, work, result, cwd, polish=polish_s is not None)
     if judged_note:
         result.notes.insert(0, judged_note)
     result.seconds = round(time.monotonic() - started, 1)
@@ -258,8 +258,28 @@ def reducer_preload(source: str) -> tuple[str, ...]:
     return ("torch", "torch._dynamo", "torch._inductor.compile_fx")
 
 
-async def _source(store, case, ref, script, budget_s, progress, work, result: MinifyResult, cwd) -> None:
+async def _evaluator(store, case, ref, original: str, work: Path, result: MinifyResult, group):
+    """The reducer's candidates run forked from a fork server, or fresh where the repro uses CUDA or no server
+    starts (a note says which)."""
     from pt2_bug_basher.reduce.evaluate import ForkServerEvaluator, FreshEvaluator, case_cuda_available, fork_unsafe
+
+    if fork_unsafe(original, cuda_available=case_cuda_available(case)):
+        result.notes.append("the repro uses CUDA: candidates run in fresh processes, not forked ones")
+        return FreshEvaluator(case, ref.env)
+    forked = ForkServerEvaluator(store, case, ref.env, work, parallel=usable_cpus(), preload=reducer_preload(original))
+    try:
+        await forked.start(group)
+    except BugBasherError as exc:
+        result.notes.append(f"fork server unavailable ({exc}); candidates run in fresh processes")
+        return FreshEvaluator(case, ref.env)
+    return forked
+
+
+async def _source(store, case, ref, script, budget_s, progress, work, result: MinifyResult, cwd, *,
+                  polish: bool = False) -> None:
+    """The source reducer. A small repro's polish removes statements, inlines helpers and shrinks constants;
+    it leaves out the library's expression-level pass, whose many candidates cost a minute for a few
+    characters (mode="source" runs it)."""
     from pt2_bug_basher.reduce.source import SourceReducer, size_of
 
     started = time.monotonic()
@@ -275,18 +295,7 @@ async def _source(store, case, ref, script, budget_s, progress, work, result: Mi
     run_cwd = cwd or script.parent
     reduced: str | None = None
     async with anyio.create_task_group() as group:
-        if fork_unsafe(original, cuda_available=case_cuda_available(case)):
-            result.notes.append("the repro uses CUDA: candidates run in fresh processes, not forked ones")
-            evaluator: FreshEvaluator | ForkServerEvaluator = FreshEvaluator(case, ref.env)
-        else:
-            forked = ForkServerEvaluator(store, case, ref.env, work, parallel=usable_cpus(),
-                                         preload=reducer_preload(original))
-            evaluator = forked
-            try:
-                await forked.start(group)
-            except BugBasherError as exc:
-                result.notes.append(f"fork server unavailable ({exc}); candidates run in fresh processes")
-                evaluator = FreshEvaluator(case, ref.env)
+        evaluator = await _evaluator(store, case, ref, original, work, result, group)
         reducer = SourceReducer(ref, evaluator, work, cwd=run_cwd, name=script.name,
                                 timeout_s=run_timeout(ref, factor=3.0, floor=30.0), deadline=deadline,
                                 progress=progress)
@@ -298,7 +307,7 @@ async def _source(store, case, ref, script, budget_s, progress, work, result: Mi
 
         group.start_soon(heartbeat)
         try:
-            reduced = await reducer.run(original)
+            reduced = await reducer.run(original, use_library=not polish)
         finally:
             with anyio.CancelScope(shield=True):
                 await evaluator.aclose()
