@@ -286,6 +286,29 @@ class Lowering:
 
 def passes_on(x):
     return given(x)
+
+
+def branch(flag):
+    return 1, 2
+
+
+def speculate(x):
+    def branch(flag):
+        return None if flag else (x, x)
+
+    a, b = branch(True)
+    return a
+
+
+def format_args(args):
+    def rep(a):
+        return None if a else str(a)
+
+    def fmt(items):
+        res = [rep(a) for a in items]
+        return ", ".join(res)
+
+    return fmt(args)
 '''
 
 
@@ -294,6 +317,10 @@ def passes_on(x):
     ("Lowering().emit(1)", ("torch/_fake/trace.py", 12, "Lowering._layout"), "Lowering.emit"),
     ("passes_on(None)", None, "given"),
     ("__import__('torch._fake.ops')", ("torch/_fake/stage.py", 11, "register"), "<module>"),
+    # a closure, not the module's function of the same name, gave the None the line unpacked
+    ("speculate(1)", ("torch/_fake/trace.py", 30, "speculate.<locals>.branch"), "speculate"),
+    # the items of a list built by a closure (a sibling of the function that used them)
+    ("format_args([1])", ("torch/_fake/trace.py", 38, "format_args.<locals>.rep"), "format_args.<locals>.fmt"),
 ])
 def test_a_none_used_inside_torch_names_the_call_that_returned_it(tmp_path: Path, call, producer, used_in):
     package = tmp_path / "torch" / "_fake"

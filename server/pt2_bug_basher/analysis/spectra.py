@@ -78,6 +78,11 @@ def function_spans(source: str) -> list[FunctionSpan]:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return []
+    return tree_function_spans(tree)
+
+
+def tree_function_spans(tree: ast.AST) -> list[FunctionSpan]:
+    """function_spans of a parsed module."""
     out: list[FunctionSpan] = []
 
     def visit(node: ast.AST, prefix: str) -> None:

@@ -16,7 +16,7 @@ from collections import Counter
 from pathlib import Path
 
 from pt2_bug_basher.analysis.failure import Frame, innermost_function, parse
-from pt2_bug_basher.analysis.spectra import RankedFunction
+from pt2_bug_basher.analysis.spectra import RankedFunction, tree_function_spans
 from pt2_bug_basher.domain.bisection import BisectReport, SourceSite
 from pt2_bug_basher.domain.evidence import LineRange, Suspect, SuspectEvidence
 
@@ -199,12 +199,34 @@ def _produced_by(fn: ast.AST, line: int, message: str) -> str | None:
     best: ast.Assign | ast.AnnAssign | None = None
     for node in ast.walk(fn):
         if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.lineno < stmt.lineno \
-                and isinstance(node.value, ast.Call):
+                and _producing_call(node.value) is not None:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             names = {n.id for target in targets for n in ast.walk(target) if isinstance(n, ast.Name)}
             if names & read and (best is None or node.lineno > best.lineno):
                 best = node
-    return _call_name(best.value.func) if best is not None and isinstance(best.value, ast.Call) else None
+    call = _producing_call(best.value) if best is not None else None
+    return _call_name(call.func) if call is not None else None
+
+
+def _producing_call(value: ast.expr | None) -> ast.Call | None:
+    """The call whose results a value holds: `f(...)`, or the element of `[f(a) for a in xs]` (its items)."""
+    if isinstance(value, (ast.ListComp, ast.SetComp, ast.GeneratorExp)):
+        value = value.elt
+    return value if isinstance(value, ast.Call) else None
+
+
+def _enclosing_definition(tree: ast.AST, line: int, name: str) -> tuple[int, str] | None:
+    """A function named `name` defined inside a function that holds the line (a closure the line can call),
+    the innermost such scope first: its first line and qualified name (outer.<locals>.name)."""
+    spans = tree_function_spans(tree)
+    holding = {s.qualname: s for s in spans if s.first <= line <= s.last}
+    found = [(holding[parent], s) for s in spans if ".<locals>." in s.qualname
+             and s.qualname.rsplit(".<locals>.", 1)[1] == name
+             and (parent := s.qualname.rsplit(".<locals>.", 1)[0]) in holding]
+    if not found:
+        return None
+    _, span = min(found, key=lambda pair: pair[0].last - pair[0].first)
+    return span.first, span.qualname
 
 
 def _module_file(torch_root: Path, here: Path, module: str | None, level: int) -> Path | None:
@@ -259,7 +281,8 @@ def none_producer(frame: Frame, raised: str, message: str) -> Suspect | None:
         return None
     scope: ast.AST = innermost_function(tree, frame.line) or tree
     name = _produced_by(scope, frame.line, message)
-    found = _definition(path, name, torch_root) if name else None
+    nested = _enclosing_definition(tree, frame.line, name) if name else None
+    found = (path, *nested) if nested else _definition(path, name, torch_root) if name else None
     if found is None:
         return None
     file, line, qualname = found
