@@ -97,6 +97,10 @@ class Session:
     status: dict[str, Any] = field(default_factory=dict)
 
 
+# A test that reads the session fixture waits for its Inductor compiles (about 85 s): not the fast tier.
+INDUCTOR = pytest.mark.slow
+
+
 @pytest.fixture(scope="session")
 def session(tmp_path_factory: pytest.TempPathFactory) -> Session:
     root = tmp_path_factory.mktemp("artifacts")
@@ -160,6 +164,7 @@ def _graph(result: dict[str, Any], role: str) -> dict[str, Any]:
 # -- the gate ----------------------------------------------------------------------------------------
 
 
+@INDUCTOR
 def test_refused_without_a_registered_test(session):
     assert session.refused.is_error
     text = session.refused.content[0].text
@@ -170,6 +175,7 @@ def test_refused_without_a_registered_test(session):
 # -- a compiled training model -------------------------------------------------------------------------
 
 
+@INDUCTOR
 def test_graphs_and_kernels_of_a_compiled_model(session):
     result = session.results["model"]
     assert result["failed"] is False and result["exit_code"] == 0
@@ -226,6 +232,7 @@ def test_graphs_and_kernels_of_a_compiled_model(session):
         assert said[0].startswith(f"{len(empty)} empty file(s)"), said
 
 
+@INDUCTOR
 def test_evidence_is_recorded(session):
     by_step = {s["step"]: s for s in session.status["steps"]}
     artifacts = by_step["artifacts"]
@@ -238,6 +245,7 @@ def test_evidence_is_recorded(session):
         assert session.results[key]["_bytes"] < 8000, key  # the agent reads the files through resources
 
 
+@INDUCTOR
 def test_a_second_run_still_yields_full_artifacts(session):
     first, again = session.results["model"], session.results["again"]
     assert again["debug_dir"] != first["debug_dir"]
@@ -248,6 +256,7 @@ def test_a_second_run_still_yields_full_artifacts(session):
     assert again["kernel_count"] == first["kernel_count"] > 0
 
 
+@INDUCTOR
 def test_trace_runs_tlparse_and_links_the_dynamo_graph(session):
     again = session.results["again"]
     trace = again["trace"]
@@ -272,6 +281,7 @@ def test_trace_runs_tlparse_and_links_the_dynamo_graph(session):
 # -- failures ------------------------------------------------------------------------------------------
 
 
+@INDUCTOR
 def test_compile_error_points_at_the_graph_and_kernel(session):
     result = session.results["compile_error"]
     assert result["failed"] and result["exit_code"] == 1
@@ -291,6 +301,7 @@ def test_compile_error_points_at_the_graph_and_kernel(session):
     assert graph["kernels"][0]["name"] in result["next_step"]
 
 
+@INDUCTOR
 def test_runtime_error_maps_the_generated_frame_to_the_kernel(session):
     result = session.results["runtime_error"]
     failure = result["failure"]
@@ -308,6 +319,7 @@ def test_runtime_error_maps_the_generated_frame_to_the_kernel(session):
     assert "calls " + failure["kernel"] in failure["how"]
 
 
+@INDUCTOR
 def test_accuracy_failure_names_the_kernel_that_writes_the_wrong_output(session):
     result = session.results["accuracy"]
     assert result["failed"] and result["exit_code"] == 1
@@ -351,6 +363,7 @@ def test_accuracy_failure_names_the_kernel_that_writes_the_wrong_output(session)
 
 
 @pytest.mark.anyio
+@INDUCTOR
 async def test_resources_page_through_a_large_output_code(session):
     result = session.results["model"]
     backward = _graph(result, "backward")
@@ -375,6 +388,7 @@ async def test_resources_page_through_a_large_output_code(session):
 
 
 @pytest.mark.anyio
+@INDUCTOR
 async def test_artifact_resources_stay_in_the_case(session):
     result = session.results["model"]
     async with Client(create_server(session.config)) as client:
@@ -394,6 +408,7 @@ async def test_artifact_resources_stay_in_the_case(session):
 
 
 @pytest.mark.anyio
+@INDUCTOR
 async def test_bad_input_is_a_tool_error(session, tmp_path_factory):
     # A .py file outside the roots runs from a copy the case keeps; anything else there is refused.
     outside = tmp_path_factory.mktemp("outside") / "repro.sh"
