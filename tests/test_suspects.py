@@ -309,6 +309,18 @@ def format_args(args):
         return ", ".join(res)
 
     return fmt(args)
+
+
+class Holder:
+    def helper(self):
+        return None
+
+    def use(self):
+        def helper():
+            return 1, 2
+
+        a, b = self.helper()
+        return a
 '''
 
 
@@ -321,6 +333,8 @@ def format_args(args):
     ("speculate(1)", ("torch/_fake/trace.py", 30, "speculate.<locals>.branch"), "speculate"),
     # the items of a list built by a closure (a sibling of the function that used them)
     ("format_args([1])", ("torch/_fake/trace.py", 38, "format_args.<locals>.rep"), "format_args.<locals>.fmt"),
+    # `self.helper()` is the method, never a closure of the same name
+    ("Holder().use()", ("torch/_fake/trace.py", 49, "Holder.helper"), "Holder.use"),
 ])
 def test_a_none_used_inside_torch_names_the_call_that_returned_it(tmp_path: Path, call, producer, used_in):
     package = tmp_path / "torch" / "_fake"

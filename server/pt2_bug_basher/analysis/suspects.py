@@ -170,20 +170,20 @@ def _call_name(node: ast.expr) -> str | None:
     return node.attr if isinstance(node, ast.Attribute) else None
 
 
-def _called_result(scope: ast.AST, line: int) -> str | None:
+def _called_result(scope: ast.AST, line: int) -> ast.expr | None:
     """`@factory(arg)` or `factory(arg)(x)` on the line: the factory whose result was called."""
     for node in ast.walk(scope):
         called = [*getattr(node, "decorator_list", []), *([node.func] if isinstance(node, ast.Call) else [])]
         for call in called:
             if isinstance(call, ast.Call) and call.lineno == line:
-                return _call_name(call.func)
+                return call.func
     return None
 
 
-def _produced_by(fn: ast.AST, line: int, message: str) -> str | None:
-    """The name of the call that gave the frame's line its None: the factory whose result it called, the call
-    the line itself unpacks, or (in a function) the last call assigned, before the line, to a name the line
-    reads."""
+def _produced_by(fn: ast.AST, line: int, message: str) -> ast.expr | None:
+    """What was called (`f`, `self.f`) to give the frame's line its None: the factory whose result it called,
+    the call the line itself unpacks, or (in a function) the last call assigned, before the line, to a name
+    the line reads."""
     if "not callable" in message:
         return _called_result(fn, line)
     here = [n for n in ast.walk(fn) if isinstance(n, ast.stmt) and n.lineno <= line <= (n.end_lineno or n.lineno)]
@@ -192,7 +192,7 @@ def _produced_by(fn: ast.AST, line: int, message: str) -> str | None:
         return None
     if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call) and stmt.lineno == line \
             and isinstance(stmt.targets[0], (ast.Tuple, ast.List)):
-        return _call_name(stmt.value.func)  # `a, b = f(...)`: f's None could not be unpacked
+        return stmt.value.func  # `a, b = f(...)`: f's None could not be unpacked
     if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return None  # module level: what a name was bound to earlier is another statement's business
     read = {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
@@ -205,7 +205,7 @@ def _produced_by(fn: ast.AST, line: int, message: str) -> str | None:
             if names & read and (best is None or node.lineno > best.lineno):
                 best = node
     call = _producing_call(best.value) if best is not None else None
-    return _call_name(call.func) if call is not None else None
+    return call.func if call is not None else None
 
 
 def _producing_call(value: ast.expr | None) -> ast.Call | None:
@@ -280,8 +280,10 @@ def none_producer(frame: Frame, raised: str, message: str) -> Suspect | None:
     except (OSError, SyntaxError, ValueError):
         return None
     scope: ast.AST = innermost_function(tree, frame.line) or tree
-    name = _produced_by(scope, frame.line, message)
-    nested = _enclosing_definition(tree, frame.line, name) if name else None
+    called = _produced_by(scope, frame.line, message)
+    name = _call_name(called) if called is not None else None
+    # a bare name may be a closure of the line's scope; an attribute (`self.f`) never is
+    nested = _enclosing_definition(tree, frame.line, called.id) if isinstance(called, ast.Name) else None
     found = (path, *nested) if nested else _definition(path, name, torch_root) if name else None
     if found is None:
         return None
