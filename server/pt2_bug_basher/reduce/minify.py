@@ -158,6 +158,7 @@ async def run_minify(store: Store, case: CaseRecord, ref: Reference, script: Pat
     work = store.case_dir(case.case_id) / "minify" / f"{mode}-{stamp}-{time.monotonic_ns() % 10**6}"
     result = MinifyResult(case_id=case.case_id, mode=mode, why_mode=why, script=str(script), budget_s=budget_s,
                           seconds=0.0, next_step="")
+    polish = polish_s is not None
     if mode == "fx":
         await _fx(store, case, ref, script, after, budget_s, progress, work, result)
         remaining = budget_s - (time.monotonic() - started)
@@ -165,15 +166,17 @@ async def run_minify(store: Store, case: CaseRecord, ref: Reference, script: Pat
             remaining = min(remaining, polish_s)
         if not result.confirmed and why.startswith(("localize", "category")) and remaining > 30:
             result.notes.append(f"the FX minifier gave no confirmed repro; falling back to the source reducer "
-                                f"with the remaining {remaining:.0f} s")
+                                f"with the remaining {remaining:.0f} s"
+                                + (" (the repro is small: a polish of statements, one-expression helpers and "
+                                   "constants)" if polish else ""))
             fx = result.fx
             result = MinifyResult(case_id=case.case_id, mode="source", why_mode=why + "; FX minifier did not help",
                                   script=str(script), budget_s=budget_s, seconds=0.0, next_step="", fx=fx,
                                   notes=list(result.notes))
             await _source(store, case, ref, script, remaining, progress, work.with_name(work.name + "-src"),
-                          result, cwd, polish=polish_s is not None)
+                          result, cwd, polish=polish)
     else:
-        await _source(store, case, ref, script, budget_s, progress, work, result, cwd, polish=polish_s is not None)
+        await _source(store, case, ref, script, budget_s, progress, work, result, cwd, polish=polish)
     if judged_note:
         result.notes.insert(0, judged_note)
     result.seconds = round(time.monotonic() - started, 1)
