@@ -52,7 +52,7 @@ async def test_source_reducer_shrinks_a_padded_graph_break(module_config):
 
     async with Client(server) as client:
         case_id = await reproduced(client, script)
-        result = await client.call_tool("minify", {"case_id": case_id, "mode": "auto", "budget_s": 150},
+        result = await client.call_tool("minify", {"case_id": case_id, "mode": "auto", "budget_s": 50},
                                         progress_callback=on_progress)
         assert not result.is_error, result.content[0].text
         data = result.structured_content

@@ -46,7 +46,7 @@ async def test_a_degenerate_candidate_of_an_accuracy_case_is_refused(module_conf
         run = await client.call_tool("run_with_logs", {"case_id": case_id, "repeat": 2, "script": str(script)})
         assert run.structured_content["reproduced"], run.structured_content
         assert run.structured_content["failure"]["category"] == "accuracy"
-        result = await client.call_tool("minify", {"case_id": case_id, "mode": "source", "budget_s": 300})
+        result = await client.call_tool("minify", {"case_id": case_id, "mode": "source", "budget_s": 45})
     assert not result.is_error, result.content[0].text
     data = result.structured_content
     assert data["confirmed"] and data["comparison"] in ("signature", "exception"), data
