@@ -138,7 +138,8 @@ async def run_minify(store: Store, case: CaseRecord, ref: Reference, script: Pat
     why = f"mode={mode} was asked for"
     judged_note = None
     polish_s: float | None = None  # a small repro's source reduction only polishes it
-    if mode == "auto":
+    picked = mode == "auto"  # the mode was chosen here: a failed FX minifier may fall back to the source reducer
+    if picked:
         judged = minimal.judge(script.read_text(errors="replace"))
         if judged.minimal:
             done = await _already_minimal(store, case, ref, script, judged, progress, cwd)
@@ -164,7 +165,7 @@ async def run_minify(store: Store, case: CaseRecord, ref: Reference, script: Pat
         remaining = budget_s - (time.monotonic() - started)
         if polish_s is not None:
             remaining = min(remaining, polish_s)
-        if not result.confirmed and why.startswith(("localize", "category")) and remaining > 30:
+        if not result.confirmed and picked and remaining > 30:
             result.notes.append(f"the FX minifier gave no confirmed repro; falling back to the source reducer "
                                 f"with the remaining {remaining:.0f} s"
                                 + (" (the repro is small: a polish of statements, one-expression helpers and "
