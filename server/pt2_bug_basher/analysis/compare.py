@@ -340,6 +340,11 @@ class Oracle:
         """One compiled run."""
         return self.judge_failure(run_failure(result))
 
+    def fails_alike(self, seen: Failure) -> bool:
+        """The case's failure by its signature alone: for a run with nothing to compile (torch.export as it is),
+        which no compiled call can back."""
+        return same_failure(seen, self.wanted, self.rules).matches
+
     def judge_failure(self, seen: Failure) -> Match:
         match = same_failure(seen, self.wanted, self.rules)
         if not match.matches:

@@ -312,8 +312,10 @@ class _Ladder:
         row = LadderRow(backend=backend, dynamic=dynamic, outcome=_outcome(verdict, match, compiled), match=match,
                         failure=None if not verdict.failed else describe(verdict)[:300], run_id=result.run_id,
                         seconds=round(result.outcome.duration_s, 1))  # the run's own, not a warm interpreter's start
-        if self.spectra is not None and row.outcome in ("same failure", "passes"):
-            found = read_spectrum(out, result.run_id, row.outcome == "same failure",
+        # a rung that ran the script as it is (nothing to swap) still failed the case's way, or passed
+        failed = row.outcome == "same failure" or (row.outcome == "not compiled" and self.oracle.fails_alike(verdict))
+        if self.spectra is not None and (failed or row.outcome == "passes"):
+            found = read_spectrum(out, result.run_id, failed,
                                   f"backend={backend} dynamic={dynamic}")
             if found is not None:
                 self.spectra.append(found)
