@@ -106,12 +106,16 @@ def test_a_suspect_function_changed_by_a_recent_commit_is_named_and_an_old_one_i
     assert recent_change(repo, "torch/ops.py", 1, 2) is None  # as old as the history: the root commit
     ops = repo / "torch" / "ops.py"
     ops.write_text(ops.read_text().replace("x + 1", "x + 2"))
-    assert recent_change(repo, "torch/ops.py", 1, 2) is None  # an uncommitted edit is no commit to read
+    edited = recent_change(repo, "torch/ops.py", 1, 2)  # an uncommitted edit is the newest change there
+    assert edited is not None and edited.commits_before_head == -1 and edited.commit == ""
     places = [("torch/ops.py", 8, "reduce_init.<locals>.inner"), ("torch/ops.py", 2, "helper"),
               ("torch/gone.py", 1, "gone")]
-    [sentence] = [change_sentence(c) for c in recent_changes(repo, places)]
+    uncommitted, sentence = [change_sentence(c) for c in recent_changes(repo, places)]
     assert sentence.startswith('reduce_init.<locals>.inner (torch/ops.py:7-8) was changed by ')
     assert '"Start reductions from -1"' in sentence and "1 commit(s) before HEAD" in sentence
+    assert "(git show " in sentence
+    assert uncommitted.startswith("helper (torch/ops.py:1-2) was changed by uncommitted edits")
+    assert "not committed" in uncommitted and "(git diff -- torch/ops.py)" in uncommitted
 
 
 def test_suspects_a_recent_commit_changed_come_first_and_say_which_commit(tmp_path: Path):

@@ -329,3 +329,49 @@ def test_recently_changed_lines_the_failing_runs_ran_name_their_function(tmp_pat
     # torch imported from elsewhere: its lines say nothing about this repository's history
     elsewhere = [Spectrum(s.run_id, s.failed, s.lines, root=str(tmp_path / "site-packages")) for s in spectra]
     assert changed_functions_ran(tmp_path, elsewhere) == []
+
+
+def test_with_no_passing_run_only_the_users_own_changes_that_ran_are_named(tmp_path: Path):
+    """No run passed, so the spectra cannot contrast anything: a change the failing runs ran is named only when
+    it is the user's own (a commit no remote branch holds, or an uncommitted edit), never a pushed commit."""
+    import git
+
+    from pt2_bug_basher.execution.gitstate import recent_change, unpushed_changed_lines
+    from pt2_bug_basher.steps.localize import change_sentence, changed_functions_ran, recent_changes
+
+    repo = git.Repo.init(tmp_path)
+    path = tmp_path / "torch" / "export" / "unlift.py"
+    path.parent.mkdir(parents=True)
+    path.write_text(OLD_UNLIFT)
+    repo.index.add([str(path)])
+    repo.index.commit("torch sources")
+    path.write_text(OLD_UNLIFT.replace("            continue\n", "            continue\n        if out.shape:\n"
+                                       "            continue\n"))
+    repo.index.add([str(path)])
+    repo.index.commit("skip the copy-back for same-shaped outputs")
+    file = "torch/export/unlift.py"
+    failing = [Spectrum(f"run-{i}", True, {file: frozenset({1, 2, 3, 4, 6, 7, 8, 9, 13})}, root=str(tmp_path))
+               for i in range(2)]
+    # no remote: every commit is the user's own, the root commit (the whole tree) excepted
+    assert unpushed_changed_lines(tmp_path, [file]) == {file: {6, 7}}
+    [found] = changed_functions_ran(tmp_path, failing)
+    assert (found.file, found.function) == (file, "copy_back")
+    assert "no run passed" in found.why and "2/2 failing" in found.why, found.why
+    # a passing run that ran the same lines does not clear the user's own change
+    ran_too = Spectrum("run-pass", False, {file: frozenset({1, 2, 3, 4, 6, 7, 8, 9, 13})}, root=str(tmp_path))
+    [found] = changed_functions_ran(tmp_path, [*failing, ran_too])
+    assert found.function == "copy_back" and "1/1 passing" in found.why, found.why
+    # the same commit pushed (a remote-tracking branch holds it): upstream history, which needs a run that
+    # passes without the changed lines to count
+    repo.git.update_ref("refs/remotes/origin/main", "HEAD")
+    assert unpushed_changed_lines(tmp_path, [file]) == {}
+    assert changed_functions_ran(tmp_path, failing) == []
+    assert changed_functions_ran(tmp_path, [*failing, ran_too]) == []
+    # an uncommitted edit on top of it is the user's again, and is read with git diff
+    path.write_text(path.read_text().replace("if out.shape:", "if out.shape and True:"))
+    assert unpushed_changed_lines(tmp_path, [file]) == {file: {6}}
+    [found] = changed_functions_ran(tmp_path, failing)
+    change = recent_change(tmp_path, file, 6, 7)
+    assert change is not None and change.commits_before_head == -1
+    [sentence] = [change_sentence(c) for c in recent_changes(tmp_path, [(file, found.line, found.function)])]
+    assert "uncommitted edits" in sentence and f"git diff -- {file}" in sentence, sentence

@@ -200,13 +200,14 @@ class ChangedLine:
     passed_runs: int
 
 
-def changed_lines_ran(spectra: list[Spectrum], changed: Mapping[str, Iterable[int]], formula: Formula = "ochiai"
-                      ) -> list[ChangedLine]:
+def changed_lines_ran(spectra: list[Spectrum], changed: Mapping[str, Iterable[int]], formula: Formula = "ochiai",
+                      own: bool = False) -> list[ChangedLine]:
     """The changed lines some failing run ran and not every passing run did (a line every run ran cannot tell
-    them apart), most suspicious first; empty without both a failing and a passing run."""
+    them apart), most suspicious first; empty without both a failing and a passing run. `own`: the user's own
+    edits, where the change itself is evidence: every one a failing run ran, with or without passing runs."""
     failing = [s for s in spectra if s.failed]
     passing = [s for s in spectra if not s.failed]
-    if not failing or not passing:
+    if not failing or not (passing or own):
         return []
     score_of = FORMULAS[formula]
     out = []
@@ -214,7 +215,7 @@ def changed_lines_ran(spectra: list[Spectrum], changed: Mapping[str, Iterable[in
         for line in lines:
             e_f = sum(1 for s in failing if line in s.lines.get(file, ()))
             e_p = sum(1 for s in passing if line in s.lines.get(file, ()))
-            if e_f and e_p < len(passing):
+            if e_f and (own or e_p < len(passing)):
                 score = score_of(e_f, e_p, len(failing) - e_f, len(passing) - e_p)
                 out.append(ChangedLine(file, line, score, e_f, e_p))
     return sorted(out, key=lambda c: (-c.score, c.file, c.line))

@@ -121,13 +121,14 @@ class RecentChange:
     commit: str  # abbreviated
     subject: str
     date: str  # YYYY-MM-DD, committer date
-    commits_before_head: int  # 0: HEAD itself
+    commits_before_head: int  # 0: HEAD itself; -1: uncommitted edits (commit and subject empty)
 
 
 def recent_change(repo_dir: Path, file: str, first: int, last: int,
                   within: int = RECENT_COMMITS) -> RecentChange | None:
     """The newest commit that changed lines first..last of `file` (as the working tree has them), when it
-    is one of the last `within` commits of HEAD; None otherwise, or when git cannot tell."""
+    is one of the last `within` commits of HEAD, or the uncommitted edits there; None otherwise, or when git
+    cannot tell."""
     import git
 
     try:
@@ -143,8 +144,10 @@ def recent_change(repo_dir: Path, file: str, first: int, last: int,
         head = line.split(" ", 1)[0]
         if len(head) == 40 and all(c in "0123456789abcdef" for c in head):
             sha = head
-        elif sha is None or set(sha) == {"0"}:
-            continue  # an uncommitted line
+        elif sha is None:
+            continue
+        elif set(sha) == {"0"}:  # an uncommitted line: the newest change there is
+            return RecentChange("", "", time.strftime("%Y-%m-%d", time.gmtime()), -1)
         elif line.startswith("committer-time "):
             times[sha] = int(line.split()[1])
         elif line.startswith("summary "):
@@ -153,7 +156,7 @@ def recent_change(repo_dir: Path, file: str, first: int, last: int,
             boundary.add(sha)
     times = {s: t for s, t in times.items() if s not in boundary}
     if not times:
-        return None  # every line is uncommitted, or as old as the history git has
+        return None  # every line is as old as the history git has
     newest = max(times, key=lambda s: times[s])
     try:
         back = int(repo.git.rev_list("--count", f"{newest}..HEAD", kill_after_timeout=BLAME_TIMEOUT_S))
@@ -172,16 +175,34 @@ def recently_changed_lines(repo_dir: Path, files: list[str], within: int = RECEN
     """The lines of `files` (numbered as the working tree has them) that the last `within` commits of HEAD or
     uncommitted edits changed; a deletion marks the lines on either side of it. The oldest commit of a shorter
     history counts as old, as blame's boundary does. Empty when git cannot tell."""
+    return _changed_lines(repo_dir, files, within, unpushed=False)
+
+
+def unpushed_changed_lines(repo_dir: Path, files: list[str], within: int = RECENT_COMMITS) -> dict[str, set[int]]:
+    """As recently_changed_lines, for the commits of HEAD that no remote-tracking branch holds (the user's own
+    work; every commit where the repository has no remote) and uncommitted edits only."""
+    return _changed_lines(repo_dir, files, within, unpushed=True)
+
+
+def _changed_lines(repo_dir: Path, files: list[str], within: int, unpushed: bool) -> dict[str, set[int]]:
     import git
 
     if not files:
         return {}
     try:
         repo = open_repo(repo_dir)
-        revs = repo.git.rev_list(f"--max-count={within + 1}", "HEAD", kill_after_timeout=BLAME_TIMEOUT_S).split()
-        text = repo.git.diff("-U0", "--no-color", "--no-ext-diff", "--no-renames", revs[-1], "--", *files,
+        mine = ("--not", "--remotes") if unpushed else ()
+        revs = repo.git.rev_list(f"--max-count={within + 1}", "HEAD", *mine,
+                                 kill_after_timeout=BLAME_TIMEOUT_S).split()
+        if not unpushed:
+            base = revs[-1]
+        elif not revs:
+            base = "HEAD"  # every commit is on a remote branch: the uncommitted edits alone
+        else:  # the parent of the oldest unpushed commit; a root commit (the whole tree) counts as old
+            base = f"{revs[-1]}^" if len(revs) <= within and repo.commit(revs[-1]).parents else revs[-1]
+        text = repo.git.diff("-U0", "--no-color", "--no-ext-diff", "--no-renames", base, "--", *files,
                              kill_after_timeout=BLAME_TIMEOUT_S)
-    except (InvalidInput, git.GitCommandError, IndexError):
+    except (InvalidInput, git.GitCommandError, IndexError, ValueError):
         return {}
     out: dict[str, set[int]] = {}
     current: str | None = None

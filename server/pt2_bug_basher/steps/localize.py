@@ -3,6 +3,7 @@ below the failing backend, then suspects in torch's source."""
 
 from __future__ import annotations
 
+import shlex
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -48,10 +49,10 @@ from pt2_bug_basher.reduce.variants import VariantRun, circumstances, run_varian
 
 SPECTRUM_FORMULA: Formula = "ochiai"
 NO_PASSING_RUN = ("Every run localize made failed the case's way (rungs and variants alike), so the spectra have "
-                  "no passing run to contrast and name no function. A near miss does: copy the repro, change one "
-                  "thing so that it passes (the same operation written another way, an input that is not mutated, "
-                  "one statement less) and pass the copies to localize as near_misses; their coverage then splits "
-                  "the lines every failing run ran.")
+                  "no passing run to contrast and rank no function by themselves. A near miss does: copy the repro, "
+                  "change one thing so that it passes (the same operation written another way, an input that is "
+                  "not mutated, one statement less) and pass the copies to localize as near_misses; their coverage "
+                  "then splits the lines every failing run ran.")
 VARIANTS_SHARE = 0.5
 VARIANTS_FLOOR_S = 2.0
 
@@ -235,7 +236,7 @@ def _explain(result: LocalizeResult, changes: list[FunctionChange]) -> None:
     changed = [change_sentence(change) for change in changes]
     if changed and result.suspects and _holds(changes[0], result.suspects[0]):
         # the first suspect already says which commit changed it
-        result.meaning += f" The change to read once the test fails: git show {changes[0].change.commit}."
+        result.meaning += f" The change to read once the test fails: {changes[0].read()}."
         result.notes += changed
     elif changed:
         result.meaning += f" {changed[0]}"
@@ -289,7 +290,16 @@ class FunctionChange:
 
     def when(self) -> str:
         back = self.change.commits_before_head
-        return "HEAD itself" if back == 0 else f"{back} commit(s) before HEAD"
+        return "not committed" if back < 0 else "HEAD itself" if back == 0 else f"{back} commit(s) before HEAD"
+
+    def by(self) -> str:
+        return ("uncommitted edits" if self.change.commits_before_head < 0 else
+                f"{self.change.commit} \"{self.change.subject}\"")
+
+    def read(self) -> str:
+        """The git command that shows the change."""
+        return (f"git diff -- {shlex.quote(self.file)}" if self.change.commits_before_head < 0 else
+                f"git show {self.change.commit}")
 
 
 @dataclass(frozen=True)
@@ -304,14 +314,21 @@ class ChangedRan:
 
 def changed_functions_ran(repo: Path, spectra: list[Spectrum]) -> list[ChangedRan]:
     """The functions of the repository whose lines changed in the last commits (or uncommitted) ran in the
-    failing runs and not in every passing one: the spectra and the history pointing at the same lines. Only
-    where torch is imported from the repository itself."""
-    from pt2_bug_basher.execution.gitstate import RECENT_COMMITS, recently_changed_lines
+    failing runs and not in every passing one: the spectra and the history pointing at the same lines. The
+    user's own changes (commits no remote branch holds, and uncommitted edits) count whenever a failing run
+    ran them, passing runs or not. Only where torch is imported from the repository itself."""
+    from pt2_bug_basher.execution.gitstate import RECENT_COMMITS, recently_changed_lines, unpushed_changed_lines
 
     inside = {s.root for s in spectra if s.root and Path(s.root).resolve() == repo.resolve()}
     mine = [s for s in spectra if s.root in inside]
     files = sorted({file for s in mine if s.failed for file in s.lines})
-    hits = changed_lines_ran(mine, recently_changed_lines(repo, files), SPECTRUM_FORMULA)
+    if not files:
+        return []
+    own = unpushed_changed_lines(repo, files)
+    hits = changed_lines_ran(mine, own, SPECTRUM_FORMULA, own=True)
+    hits += [h for h in changed_lines_ran(mine, recently_changed_lines(repo, files), SPECTRUM_FORMULA)
+             if h.line not in own.get(h.file, ())]
+    hits.sort(key=lambda h: -h.score)
     spans: dict[str, list] = {}
     found: dict[tuple[str, str], list] = {}
     for hit in hits:
@@ -326,13 +343,17 @@ def changed_functions_ran(repo: Path, spectra: list[Spectrum]) -> list[ChangedRa
             continue
         found.setdefault(key, []).append(hit)
     failing = sum(1 for s in mine if s.failed)
+    passing = len(mine) - failing
     out = []
     for (file, function), lines in found.items():
         top = lines[0]
         numbers = ", ".join(str(h.line) for h in sorted(lines, key=lambda h: h.line)[:6])
-        out.append(ChangedRan(file, top.line, function, (
-            f"lines {numbers}, changed within the last {RECENT_COMMITS} commits, ran in {top.failed_runs}/{failing} "
-            f"failing and {top.passed_runs}/{len(mine) - failing} passing runs ({SPECTRUM_FORMULA} {top.score:.2f})")))
+        changed = ("by a commit no remote branch holds, or not committed" if top.line in own.get(file, ()) else
+                   f"within the last {RECENT_COMMITS} commits")
+        how = (f"ran in {top.failed_runs}/{failing} failing runs and no run passed, so the change itself is the "
+               "evidence" if not passing else f"ran in {top.failed_runs}/{failing} failing and "
+               f"{top.passed_runs}/{passing} passing runs ({SPECTRUM_FORMULA} {top.score:.2f})")
+        out.append(ChangedRan(file, top.line, function, f"lines {numbers}, changed {changed}, {how}"))
     return out
 
 
@@ -363,8 +384,8 @@ def recent_changes(repo: Path, places: list[tuple[str, int, str]],
 def change_sentence(c: FunctionChange) -> str:
     from pt2_bug_basher.execution.gitstate import RECENT_COMMITS
 
-    return (f"{c.function} ({c.file}:{c.first}-{c.last}) was changed by {c.change.commit} \"{c.change.subject}\" "
-            f"({c.change.date}, {c.when()}, within the last {RECENT_COMMITS}): read that change first.")
+    return (f"{c.function} ({c.file}:{c.first}-{c.last}) was changed by {c.by()} ({c.change.date}, {c.when()}, "
+            f"within the last {RECENT_COMMITS}): read that change first ({c.read()}).")
 
 
 def _holds(change: FunctionChange, suspect: Suspect) -> bool:
@@ -380,7 +401,7 @@ def changed_first(suspects: list[Suspect], changes: list[FunctionChange]) -> lis
     front: list[Suspect] = []
     rest = list(suspects)
     for c in changes:
-        said = f"changed by {c.change.commit} \"{c.change.subject}\" ({c.when()})"
+        said = f"changed by {c.by()} ({c.when()})"
         held = [s for s in rest if _holds(c, s)]
         if held:
             for s in held:
