@@ -2,7 +2,7 @@
 
     python bench/mutants/score.py WORK [--split tuning|held_out|all] [--per-layer N] [--only ID ...]
                                   [--layer L] [--skip-bisector | --skip-localize] [--json OUT]
-                                  [--workers N]
+                                  [--workers N] [--pushed]
 
 For each mutant of manifest.jsonl: in the develop-style torch checkout WORK/ck (generate.py builds it;
 reused, each mutant on its own branch from the clean commit), commit the mutant's one-occurrence edit,
@@ -10,7 +10,9 @@ use its kill program as the user's repro, open a case through the real MCP serve
 (check_env, run_with_logs, localize: bench/bench_bisect.py's `ours`) and read the rank of the mutated
 function among localize's suspects; then run the bisector on the same repro. Prints top-1/3/5 and wall
 times per layer and split. --workers N: N checkouts (ck, ck1, ...) and case stores, one mutant on each at
-once, the CPUs shared out as Inductor's compile threads.
+once, the CPUs shared out as Inductor's compile threads. Each mutant is a commit on HEAD: by default the
+user's own (no remote branch holds it), as in "my change broke this"; --pushed puts a remote-tracking branch on
+it, as for a bug already upstream: then only a passing run that did not run the change ties it to the failure.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from generate import MANIFEST, checkout_of, torch_version  # noqa: E402
 from planted_bugs import PlantedBug, plant  # noqa: E402
 from torch_checkout import git  # noqa: E402
 
+PUSHED_REF = "refs/remotes/origin/main"
 BISECTOR_TIMEOUT_S = int(os.environ.get("BISECTOR_TIMEOUT_S", 900))
 # what the bisector's answer names -> the layer it points at
 BISECTOR_LAYER = {"eager": "dynamo", "aot_eager": "aotautograd", "aot_eager_decomp_partition": "decomp",
@@ -72,18 +75,22 @@ def bisector_layer(result: object) -> str | None:
 
 
 def score_one(work: Path, checkout: Path, python: Path, mutant: dict, skip_bisector: bool, state: Path,
-              skip_localize: bool = False) -> dict:
+              skip_localize: bool = False, pushed: bool = False) -> dict:
     repro = (ROOT / mutant["kill_program"]).read_text()
     bug = PlantedBug(name=mutant["id"], file=mutant["file"], old=mutant["original"], new=mutant["mutated"],
                      repro=repro, layer=mutant["layer"], guilty=mutant["function"], what=mutant["operator"])
     git(checkout, "checkout", "-q", "-f", "-B", f"mutant-{mutant['id']}", "clean")
     plant(checkout, bug)
+    if pushed:  # the mutant as upstream history: a remote-tracking branch holds it
+        git(checkout, "update-ref", PUSHED_REF, "HEAD")
     script = work / f"repro_{mutant['id']}.py"
     script.write_text(repro)
     try:
         mine = {} if skip_localize else anyio.run(bench_bisect.ours, work, checkout, python, script, state)
     finally:
         git(checkout, "checkout", "-q", "-f", "-B", "mutants", "clean")
+        if pushed:
+            git(checkout, "update-ref", "-d", PUSHED_REF)
     row = {"id": mutant["id"], "layer": mutant["layer"], "split": mutant["split"], "failure": mutant["failure"],
            "function": mutant["function"], "localized": not skip_localize, "localize_s": mine.get("seconds"),
            "error": mine.get("error"),
@@ -136,6 +143,8 @@ def main() -> None:
     parser.add_argument("--skip-localize", action="store_true", help="the bisector alone (a second pass)")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--pushed", action="store_true",
+                        help="score each mutant as a pushed commit (upstream history), not the user's own")
     args = parser.parse_args()
     work = args.work.resolve()
     checkout, python = checkout_of(work)
@@ -174,7 +183,8 @@ def main() -> None:
             except queue.Empty:
                 return
             started = time.monotonic()
-            row = score_one(work, checkout, python, mutant, args.skip_bisector, work / f"state{i}", args.skip_localize)
+            row = score_one(work, checkout, python, mutant, args.skip_bisector, work / f"state{i}", args.skip_localize,
+                            args.pushed)
             with lock:
                 rows.append(row)
                 print(json.dumps(row), f"({time.monotonic() - started:.0f}s)", flush=True)
