@@ -36,6 +36,7 @@ from torch_checkout import build_torch_checkout, git  # noqa: E402
 from pt2_bug_basher.case.config import ServerConfig  # noqa: E402
 
 BISECTOR_TIMEOUT_S = 3600
+STALL_REPORT_S = 900.0  # localize on an Inductor mutant takes minutes here; a stall, far longer
 
 
 def rank(suspects: list[dict], guilty: str) -> int | None:
@@ -59,7 +60,10 @@ async def ours(root: Path, checkout: Path, python: Path, script: Path, state: Pa
         if not (run.structured_content or {}).get("reproduced"):
             return {"error": "did not reproduce: " + run.content[0].text[:400]}
         started = time.monotonic()
-        result = await client.call_tool("localize", {"case_id": case_id})
+        async with anyio.create_task_group() as group:
+            group.start_soon(_stall_report, STALL_REPORT_S)
+            result = await client.call_tool("localize", {"case_id": case_id})
+            group.cancel_scope.cancel()
         seconds = time.monotonic() - started
     if result.is_error:
         return {"error": result.content[0].text[:400], "seconds": seconds}
@@ -68,6 +72,17 @@ async def ours(root: Path, checkout: Path, python: Path, script: Path, state: Pa
             "bisection": (data.get("bisection") or {}).get("result"),
             "suspects": [f"{s['function']} ({s['file']}:{s['line']})" for s in data["suspects"]],
             "raw_suspects": data["suspects"]}
+
+
+async def _stall_report(after_s: float) -> None:
+    """A localize still running after `after_s`: every task's stack to stderr, to see what it waits on."""
+    import asyncio
+
+    await anyio.sleep(after_s)
+    print(f"localize still running after {after_s:.0f} s; its tasks:", file=sys.stderr)
+    for task in asyncio.all_tasks():
+        print(f"-- {task.get_name()}", file=sys.stderr)
+        task.print_stack(limit=20, file=sys.stderr)
 
 
 def baseline(root: Path, python: Path, script: Path) -> dict:
