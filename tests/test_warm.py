@@ -13,6 +13,7 @@ import json
 import os
 from pathlib import Path
 
+import anyio
 import pytest
 from mcp import Client
 from planted_bugs import PLANTED, plant, unplant
@@ -74,6 +75,29 @@ async def test_a_forked_run_looks_like_a_fresh_interpreter_and_says_it_was_forke
     server_run = runs[runs[first.run_id].argv[0][len(FORKED):-1]]  # the warm interpreter is a recorded run too
     assert "forkserver.py" in server_run.argv[1] and server_run.argv[0] == record.python
     assert runs[second.run_id].argv[0] == runs[first.run_id].argv[0]  # one interpreter served both
+
+
+async def test_an_interpreter_that_exited_is_reaped_and_its_run_closed_at_any_cases_next_run(case, mini):
+    """One case's warm interpreter idles out (here: killed); the next warm run of another case reaps it and
+    closes its recorded run, so a long-lived server keeps no zombie and no run marked running."""
+    import signal
+
+    store, record, repo = case
+    script = repo / "probe_env.py"
+    script.write_text(PROBE)
+    first = await execute(store, record, [record.python, str(script)], tool="t", cwd=repo, warm=WarmRequest())
+    server_run = store.get_run(store.get_run(first.run_id).argv[0][len(FORKED):-1])
+    assert server_run.status == "running" and server_run.pid
+    os.kill(server_run.pid, signal.SIGKILL)
+    for _ in range(100):
+        if Path(f"/proc/{server_run.pid}/stat").read_text().split(")")[1].split()[0] == "Z":
+            break
+        await anyio.sleep(0.05)
+    other = store.get_case(mini.new_case(torch_env={"cuda_available": False, "gpus": []}))
+    await execute(store, other, [other.python, str(script)], tool="t", cwd=repo, warm=WarmRequest())
+    assert not Path(f"/proc/{server_run.pid}").exists()  # reaped, not left a zombie
+    closed = store.get_run(server_run.run_id)
+    assert closed.status == "finished" and closed.signal == "signal 9", closed
 
 
 async def test_exit_codes_tracebacks_and_timeouts_of_forked_runs(case):

@@ -299,10 +299,19 @@ async def _start(store: Store, case: CaseRecord, the_plan: Plan, tool: str, env_
     return server
 
 
+def _sweep() -> None:
+    """Every interpreter that idled out or died is forgotten: reaped, and its recorded run closed, whichever
+    case it served (a long-lived server would otherwise keep one zombie and one open run per old case)."""
+    for key, server in list(_SERVERS.items()):
+        if server.service.exit_code() is not None:
+            _forget(key)
+
+
 async def acquire(store: Store, case: CaseRecord, the_plan: Plan, tool: str, env_add: dict[str, str],
                   start: bool = True) -> WarmServer | None:
     """The warm interpreter for the plan's key, started if needed (and `start`); None when none can be had."""
     key = the_plan.key
+    _sweep()
     if time.monotonic() - _FAILED.get(key, -RETRY_AFTER_FAILURE_S) < RETRY_AFTER_FAILURE_S:
         return None
     lock = _LOCKS.setdefault(key, anyio.Lock())
