@@ -291,14 +291,9 @@ def untouched(x):
 '''
 
 
-def test_recently_changed_lines_the_failing_runs_ran_name_their_function(tmp_path: Path):
-    """The history and the spectra point at the same lines: the function a recent commit changed whose new lines
-    only the failing runs ran is named, with the commit, even when the spectra alone tie it with others."""
+def _unlift_changed_by_a_commit(tmp_path: Path):
+    """A repository (no remote) whose unlift.py was imported, then changed at lines 6-7 by HEAD."""
     import git
-
-    from pt2_bug_basher.analysis.spectra import changed_lines_ran
-    from pt2_bug_basher.execution.gitstate import recently_changed_lines
-    from pt2_bug_basher.steps.localize import changed_functions_ran, recent_changes
 
     repo = git.Repo.init(tmp_path)
     path = tmp_path / "torch" / "export" / "unlift.py"
@@ -310,6 +305,17 @@ def test_recently_changed_lines_the_failing_runs_ran_name_their_function(tmp_pat
                                        "            continue\n"))
     repo.index.add([str(path)])
     repo.index.commit("skip the copy-back for same-shaped outputs")
+    return repo, path
+
+
+def test_recently_changed_lines_the_failing_runs_ran_name_their_function(tmp_path: Path):
+    """The history and the spectra point at the same lines: the function a recent commit changed whose new lines
+    only the failing runs ran is named, with the commit, even when the spectra alone tie it with others."""
+    from pt2_bug_basher.analysis.spectra import changed_lines_ran
+    from pt2_bug_basher.execution.gitstate import recently_changed_lines
+    from pt2_bug_basher.steps.localize import changed_functions_ran, recent_changes
+
+    _unlift_changed_by_a_commit(tmp_path)
     file = "torch/export/unlift.py"
     assert recently_changed_lines(tmp_path, [file]) == {file: {6, 7}}
     assert recently_changed_lines(tmp_path, [file], within=0) == {}  # nothing is recent: HEAD is the base
@@ -334,21 +340,10 @@ def test_recently_changed_lines_the_failing_runs_ran_name_their_function(tmp_pat
 def test_with_no_passing_run_only_the_users_own_changes_that_ran_are_named(tmp_path: Path):
     """No run passed, so the spectra cannot contrast anything: a change the failing runs ran is named only when
     it is the user's own (a commit no remote branch holds, or an uncommitted edit), never a pushed commit."""
-    import git
-
     from pt2_bug_basher.execution.gitstate import recent_change, unpushed_changed_lines
     from pt2_bug_basher.steps.localize import change_sentence, changed_functions_ran, recent_changes
 
-    repo = git.Repo.init(tmp_path)
-    path = tmp_path / "torch" / "export" / "unlift.py"
-    path.parent.mkdir(parents=True)
-    path.write_text(OLD_UNLIFT)
-    repo.index.add([str(path)])
-    repo.index.commit("torch sources")
-    path.write_text(OLD_UNLIFT.replace("            continue\n", "            continue\n        if out.shape:\n"
-                                       "            continue\n"))
-    repo.index.add([str(path)])
-    repo.index.commit("skip the copy-back for same-shaped outputs")
+    repo, path = _unlift_changed_by_a_commit(tmp_path)
     file = "torch/export/unlift.py"
     failing = [Spectrum(f"run-{i}", True, {file: frozenset({1, 2, 3, 4, 6, 7, 8, 9, 13})}, root=str(tmp_path))
                for i in range(2)]
