@@ -123,6 +123,10 @@ class RecentChange:
     date: str  # YYYY-MM-DD, committer date
     commits_before_head: int  # 0: HEAD itself; -1: uncommitted edits (commit and subject empty)
 
+    @property
+    def uncommitted(self) -> bool:
+        return self.commits_before_head < 0
+
 
 def recent_change(repo_dir: Path, file: str, first: int, last: int,
                   within: int = RECENT_COMMITS) -> RecentChange | None:

@@ -290,16 +290,15 @@ class FunctionChange:
 
     def when(self) -> str:
         back = self.change.commits_before_head
-        return "not committed" if back < 0 else "HEAD itself" if back == 0 else f"{back} commit(s) before HEAD"
+        return "not committed" if self.change.uncommitted else "HEAD itself" if back == 0 else \
+            f"{back} commit(s) before HEAD"
 
     def by(self) -> str:
-        return ("uncommitted edits" if self.change.commits_before_head < 0 else
-                f"{self.change.commit} \"{self.change.subject}\"")
+        return "uncommitted edits" if self.change.uncommitted else f"{self.change.commit} \"{self.change.subject}\""
 
     def read(self) -> str:
         """The git command that shows the change."""
-        return (f"git diff -- {shlex.quote(self.file)}" if self.change.commits_before_head < 0 else
-                f"git show {self.change.commit}")
+        return f"git diff -- {shlex.quote(self.file)}" if self.change.uncommitted else f"git show {self.change.commit}"
 
 
 @dataclass(frozen=True)
