@@ -115,7 +115,7 @@ def test_a_suspect_function_changed_by_a_recent_commit_is_named_and_an_old_one_i
     assert '"Start reductions from -1"' in sentence and "1 commit(s) before HEAD" in sentence
     assert "(git show " in sentence
     assert uncommitted.startswith("helper (torch/ops.py:1-2) was changed by uncommitted edits")
-    assert "not committed" in uncommitted and "(git diff -- torch/ops.py)" in uncommitted
+    assert "in the working tree" in uncommitted and "(git diff -- torch/ops.py)" in uncommitted
 
 
 def test_suspects_a_recent_commit_changed_come_first_and_say_which_commit(tmp_path: Path):

@@ -351,7 +351,7 @@ def test_with_no_passing_run_only_the_users_own_changes_that_ran_are_named(tmp_p
     assert unpushed_changed_lines(tmp_path, [file]) == {file: {6, 7}}
     [found] = changed_functions_ran(tmp_path, failing)
     assert (found.file, found.function) == (file, "copy_back")
-    assert "no run passed" in found.why and "2/2 failing" in found.why, found.why
+    assert "no run passed" in found.why and "2/2 failing" in found.why and "yours" in found.why, found.why
     # a passing run that ran the same lines does not clear the user's own change
     ran_too = Spectrum("run-pass", False, {file: frozenset({1, 2, 3, 4, 6, 7, 8, 9, 13})}, root=str(tmp_path))
     [found] = changed_functions_ran(tmp_path, [*failing, ran_too])

@@ -290,7 +290,7 @@ class FunctionChange:
 
     def when(self) -> str:
         back = self.change.commits_before_head
-        return "not committed" if self.change.uncommitted else "HEAD itself" if back == 0 else \
+        return "in the working tree" if self.change.uncommitted else "HEAD itself" if back == 0 else \
             f"{back} commit(s) before HEAD"
 
     def by(self) -> str:
@@ -316,7 +316,7 @@ def changed_functions_ran(repo: Path, spectra: list[Spectrum]) -> list[ChangedRa
     failing runs and not in every passing one: the spectra and the history pointing at the same lines. The
     user's own changes (commits no remote branch holds, and uncommitted edits) count whenever a failing run
     ran them, passing runs or not. Only where torch is imported from the repository itself."""
-    from pt2_bug_basher.execution.gitstate import RECENT_COMMITS, recently_changed_lines, unpushed_changed_lines
+    from pt2_bug_basher.execution.gitstate import recently_changed_lines, unpushed_changed_lines
 
     inside = {s.root for s in spectra if s.root and Path(s.root).resolve() == repo.resolve()}
     mine = [s for s in spectra if s.root in inside]
@@ -347,12 +347,12 @@ def changed_functions_ran(repo: Path, spectra: list[Spectrum]) -> list[ChangedRa
     for (file, function), lines in found.items():
         top = lines[0]
         numbers = ", ".join(str(h.line) for h in sorted(lines, key=lambda h: h.line)[:6])
-        changed = ("by a commit no remote branch holds, or not committed" if top.line in own.get(file, ()) else
-                   f"within the last {RECENT_COMMITS} commits")
-        how = (f"ran in {top.failed_runs}/{failing} failing runs and no run passed, so the change itself is the "
-               "evidence" if not passing else f"ran in {top.failed_runs}/{failing} failing and "
-               f"{top.passed_runs}/{passing} passing runs ({SPECTRUM_FORMULA} {top.score:.2f})")
-        out.append(ChangedRan(file, top.line, function, f"lines {numbers}, changed {changed}, {how}"))
+        ran = (f"ran in {top.failed_runs}/{failing} failing runs and no run passed" if not passing else
+               f"ran in {top.failed_runs}/{failing} failing and {top.passed_runs}/{passing} passing runs "
+               f"({SPECTRUM_FORMULA} {top.score:.2f})")
+        whose = ("; the change is yours (no remote branch holds it), so it counts whatever the passing runs ran"
+                 if top.line in own.get(file, ()) else "")
+        out.append(ChangedRan(file, top.line, function, f"changed lines {numbers} {ran}{whose}"))
     return out
 
 
