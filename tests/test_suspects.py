@@ -240,6 +240,28 @@ def test_a_traceback_cut_before_its_exception_line_says_so_in_its_suspects():
     assert "exception" not in " ".join(s.why for s in rest), rest
 
 
+def test_dynamos_re_raise_of_a_fake_tensor_failure_is_plumbing():
+    """Dynamo turns a failed fake-tensor run into a graph break through a wrapper and a `lambda: unimplemented(...)`;
+    neither is a suspect (a trial agent was sent to them): the frames that ran the node with fake tensors lead."""
+    utils, builder = "/venv/lib/python3.11/site-packages/torch/_dynamo/utils.py", \
+        "/venv/lib/python3.11/site-packages/torch/_dynamo/variables/builder.py"
+    frames = [(builder, 3767, "_wrap_fx_proxy"), (utils, 3949, "get_fake_value"), (utils, 4154, "_get_fake_value_impl"),
+              (utils, 3938, "_wrap_graph_break_with_torch_runtime_err"),
+              (utils, 3935, "_wrap_graph_break_with_torch_runtime_err"), (utils, 4155, "<lambda>"),
+              (utils.replace("utils.py", "exc.py"), 723, "unimplemented")]
+
+    def traceback(stack: list[tuple[str, int, str]]) -> str:
+        return "Traceback (most recent call last):\n" + "".join(
+            f'  File "{file}", line {line}, in {name}\n    pass\n' for file, line, name in stack) + \
+            "torch._dynamo.exc.TorchRuntimeError: RuntimeError when making fake tensor call\n"
+
+    names = [s.function for s in exception_suspects(traceback(frames))]
+    assert names[:2] == ["_get_fake_value_impl", "get_fake_value"], names
+    assert not {"<lambda>", "_wrap_graph_break_with_torch_runtime_err", "unimplemented"} & set(names), names
+    # a lambda that raised on its own line hands nothing over: it stays a suspect
+    assert exception_suspects(traceback(frames[:-1]))[0].function == "<lambda>"
+
+
 STAGE = '''\
 def stage2(x):
     if x > 0:

@@ -36,7 +36,8 @@ PLUMBING_FILES = re.compile(
 PLUMBING_FUNCTIONS = re.compile(
     r"^(_fn|fn|inner|wrapper|wrapped|_wrapped_call_impl|_call_impl|__call__|call_user_compiler|"
     r"_call_user_compiler|time_wrapper|dynamo_timed|debug_wrapper|compile_inner|_compile|run_node|"
-    r"step|run|inline_call_|call_function|call_method)$"
+    r"step|run|inline_call_|call_function|call_method|"
+    r"_wrap_graph_break_with_torch_runtime_err)$"  # Dynamo re-raising a fake-tensor failure as a graph break
 )
 
 
@@ -312,10 +313,15 @@ def exception_suspects(error_text: str) -> list[Suspect]:
         raised = f"{exc.type}" if exc is not None and getattr(exc, "type", None) else None
         out: list[Suspect] = []
         limit = MAX_FRAMES
+        inner_skipped = False
         for depth, frame in enumerate(reversed(frames)):
             rel = relative_torch_path(frame.file)
-            if PLUMBING_FILES.search(rel) or PLUMBING_FUNCTIONS.match(frame.function) or not rel.endswith(".py"):
-                continue  # plumbing, or code torch generated under a made-up name (`subclass_codegen.py:codegen(...)`)
+            # plumbing, code torch generated under a made-up name (`subclass_codegen.py:codegen(...)`), or a
+            # lambda that only hands over to plumbing (`lambda: unimplemented(...)`)
+            inner_skipped = (PLUMBING_FILES.search(rel) is not None or PLUMBING_FUNCTIONS.match(frame.function)
+                             is not None or not rel.endswith(".py") or (frame.function == "<lambda>" and inner_skipped))
+            if inner_skipped:
+                continue
             if raised is None:  # a traceback cut before its exception line
                 why = ("innermost torch frame where the traceback stops (no exception line shown)" if not out else
                        f"calls the frame above ({depth} frame(s) out from where the traceback stops)")
