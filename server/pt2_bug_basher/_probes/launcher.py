@@ -200,6 +200,7 @@ def main(argv: list[str]) -> int:
         report_compiled()
         raise
     except BaseException as exc:  # noqa: BLE001 - reported like the interpreter would
+        sys.last_type, sys.last_value, sys.last_traceback = type(exc), exc, exc.__traceback__  # as Python's own hook
         report_compiled()
         print_exception(exc)
         return 1

@@ -1,25 +1,132 @@
 """Run a script under coverage.py, recording which lines of torch's compiler packages ran.
 
-    python spectrum.py --out FILE.json [--coverage-path DIR] -- script.py [args...]
+    python spectrum.py --out FILE.json [--coverage-path DIR] [--none-returns] -- script.py [args...]
 
 The script (often launcher.py, which then runs the repro) runs as `__main__` exactly as it would
 alone; its exit status and traceback are its own. On exit, FILE.json holds
 {"torch": "<torch's parent folder>", "lines": {"torch/_dynamo/x.py": [lines that ran], ...}}.
 `--coverage-path` is appended to sys.path (last: an interpreter's own coverage wins) for an
-interpreter that lacks coverage. Runs in the interpreter under investigation; imports nothing
-from pt2_bug_basher. Also run in children of the fork server.
+interpreter that lacks coverage. `--none-returns` also records, through a profile hook (about twice the
+run's time), the functions of those packages that returned a None of their own that someone may have
+wanted (an explicit `return None`; a bare return or the end of the body in a function that returns a value
+elsewhere) before the exception that ended the run was raised, most recent first:
+{"none_returns": [{"file", "function", "first_line", "line"}, ...]}. Runs in the interpreter
+under investigation; imports nothing from pt2_bug_basher. Also run in children of the fork server.
 """
 
 from __future__ import annotations
 
+import dis
 import importlib.util
+import inspect
 import json
+import linecache
 import os
 import sys
+import threading
+from collections import OrderedDict
 
 # torch's compiler: the packages whose lines make a run's spectrum (fx includes symbolic shapes)
 PACKAGES = ("_dynamo", "_functorch", "_inductor", "fx", "_decomp", "_refs", "_prims", "_higher_order_ops",
             "_subclasses", "export", "_export")
+
+
+MAX_NONE_RETURNS = 100
+_RETURNS = {dis.opmap[name] for name in ("RETURN_VALUE", "RETURN_CONST") if name in dis.opmap}
+_SUSPENDING = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+_SUSPENDS = {dis.opmap[name] for name in ("YIELD_VALUE", "SEND", "RETURN_GENERATOR") if name in dis.opmap}
+
+
+def _none_returns(code) -> tuple[frozenset[int], bool]:
+    """The offsets of the code's returns of a constant None, and whether another of its returns gives a value."""
+    fresh, valued = set(), False
+    previous = None
+    for ins in dis.get_instructions(code):
+        if ins.opname == "RETURN_CONST" or ins.opname == "RETURN_VALUE":
+            none = (ins.argval is None if ins.opname == "RETURN_CONST" else
+                    previous is not None and previous.opname == "LOAD_CONST" and previous.argval is None)
+            if none:
+                fresh.add(ins.offset)
+            else:
+                valued = True
+        previous = ins
+    return frozenset(fresh), valued
+
+
+class _NoneReturns:
+    """A profile hook: the functions under `roots` that returned a None of their own that someone may have
+    wanted (an explicit `return None`, or a bare return or the end of the body of a function that returns a
+    value elsewhere), in the order of their last such return; and when an exception left each frame (to find
+    when the final one was raised)."""
+
+    def __init__(self, roots: list[str]) -> None:
+        self.roots = tuple(roots)
+        self.count = 0
+        self.last: OrderedDict = OrderedDict()  # code -> (count, line)
+        self.unwound: dict[int, int] = {}  # id(frame) -> count when an exception left it
+        self.codes: dict = {}  # code -> _none_returns(code), or None when it is not under roots
+        self.wanted: dict = {}  # (code, line) -> whether a None returned there may have been wanted
+
+    def _wanted(self, code, line: int, valued: bool) -> bool:
+        key = (code, line)
+        if key not in self.wanted:
+            text = linecache.getline(code.co_filename, line).strip()
+            self.wanted[key] = valued or text.startswith("return None")
+        return self.wanted[key]
+
+    def __call__(self, frame, event, arg) -> None:
+        if event != "return":
+            return
+        self.count += 1
+        code = frame.f_code
+        lasti = frame.f_lasti
+        op = code.co_code[lasti] if 0 <= lasti < len(code.co_code) else None
+        if op in _RETURNS:
+            if arg is None:
+                if code not in self.codes:
+                    self.codes[code] = (_none_returns(code) if code.co_filename.startswith(self.roots)
+                                        and not code.co_flags & _SUSPENDING else None)
+                found = self.codes[code]
+                if found is not None and lasti in found[0] and self._wanted(code, frame.f_lineno, found[1]):
+                    self.last[code] = (self.count, frame.f_lineno)
+                    self.last.move_to_end(code)
+        elif op not in _SUSPENDS:
+            self.unwound[id(frame)] = self.count
+
+    def start(self) -> None:
+        threading.setprofile(self)
+        sys.setprofile(self)
+
+    def stop(self) -> None:
+        sys.setprofile(None)
+        threading.setprofile(None)
+
+    def before(self, exc: BaseException, parent: str) -> list[dict]:
+        """The functions that returned their own None before `exc` (or an exception it chains) was raised."""
+        cut = None
+        seen: set[int] = set()
+        todo: list[BaseException | None] = [exc]
+        while todo:
+            one = todo.pop()
+            if one is None or id(one) in seen:
+                continue
+            seen.add(id(one))
+            tb = one.__traceback__
+            while tb is not None:
+                left = self.unwound.get(id(tb.tb_frame))
+                cut = left if cut is None or (left is not None and left < cut) else cut
+                tb = tb.tb_next
+            todo += [one.__cause__, one.__context__]
+        out = []
+        for code, (count, line) in reversed(self.last.items()):
+            if cut is not None and count >= cut:
+                continue
+            out.append({"file": os.path.relpath(code.co_filename, parent).replace(os.sep, "/"),
+                        "function": getattr(code, "co_qualname", code.co_name), "first_line": code.co_firstlineno,
+                        "line": line})
+            if len(out) >= MAX_NONE_RETURNS:
+                break
+        return out
 
 
 def _torch_parent() -> str | None:
@@ -46,7 +153,7 @@ def _start(extra_path: str | None):
     return cov, parent
 
 
-def _save(cov, parent: str, out: str) -> None:
+def _save(cov, parent: str, out: str, extra: dict) -> None:
     cov.stop()
     data = cov.get_data()
     lines: dict[str, list[int]] = {}
@@ -56,7 +163,7 @@ def _save(cov, parent: str, out: str) -> None:
             lines[os.path.relpath(path, parent).replace(os.sep, "/")] = sorted(found)
     tmp = out + ".tmp"
     with open(tmp, "w") as fh:
-        json.dump({"torch": parent, "lines": lines}, fh)
+        json.dump({"torch": parent, "lines": lines, **extra}, fh)
     os.replace(tmp, out)
 
 
@@ -74,9 +181,13 @@ def _print_exception(exc: BaseException) -> None:
 
 def main(argv: list[str]) -> int:
     out = extra = None
+    none_returns = False
     i = 0
     while i < len(argv) and argv[i] != "--":
-        if argv[i] in ("--out", "--coverage-path") and i + 1 < len(argv):
+        if argv[i] == "--none-returns":
+            none_returns = True
+            i += 1
+        elif argv[i] in ("--out", "--coverage-path") and i + 1 < len(argv):
             if argv[i] == "--out":
                 out = argv[i + 1]
             else:
@@ -87,11 +198,17 @@ def main(argv: list[str]) -> int:
             return 2
     rest = argv[i + 1:]
     if out is None or not rest:
-        print("spectrum: spectrum.py --out FILE [--coverage-path DIR] -- script.py [args]", file=sys.stderr)
+        print("spectrum: spectrum.py --out FILE [--coverage-path DIR] [--none-returns] -- script.py [args]",
+              file=sys.stderr)
         return 2
     import launcher  # same folder (sys.path[0], or the fork server's): runs a script as __main__
 
     cov, parent = _start(extra)
+    hook = None
+    if none_returns and parent is not None:
+        hook = _NoneReturns([os.path.join(parent, "torch", package) + os.sep for package in PACKAGES])
+        hook.start()
+    found: dict = {}
     code = 0
     try:
         launcher.run_script(rest[0], rest[1:])
@@ -100,12 +217,19 @@ def main(argv: list[str]) -> int:
         if exc.code is not None and not isinstance(exc.code, int):
             print(exc.code, file=sys.stderr)
     except BaseException as exc:  # noqa: BLE001 - reported like the interpreter would
+        sys.last_value = exc
         _print_exception(exc)
         code = 1
     finally:
+        if hook is not None and parent is not None:
+            hook.stop()
+            # the launcher leaves the script's exception where Python's own hook would
+            failed = getattr(sys, "last_value", None)
+            if isinstance(failed, BaseException):
+                found["none_returns"] = hook.before(failed, parent)
         if cov is not None and parent is not None:
             try:
-                _save(cov, parent, out)
+                _save(cov, parent, out, found)
             except Exception as exc:  # noqa: BLE001 - the run's own outcome matters more than its spectrum
                 print(f"spectrum: could not save coverage: {exc}", file=sys.stderr)
     return code

@@ -340,6 +340,120 @@ def exception_suspects(error_text: str) -> list[Suspect]:
     return []
 
 
+MAX_NONE_ORIGINS = 3
+
+
+def _own_returns(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.Return]:
+    """The function's own return statements (not a nested function's)."""
+    out: list[ast.Return] = []
+    todo: list[ast.AST] = list(fn.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            continue
+        if isinstance(node, ast.Return):
+            out.append(node)
+        todo.extend(ast.iter_child_nodes(node))
+    return out
+
+
+def _is_none(node: ast.expr | None) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None
+
+
+def _allows_none(annotation: ast.expr) -> bool:
+    """Whether a return annotation says None may come back: None, Optional[...], `X | None`, Union[..., None] or
+    a bare type variable (`T`); an annotation that cannot be read counts as saying so. Any and object say
+    nothing either way, as no annotation does."""
+    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+        try:
+            annotation = ast.parse(annotation.value, mode="eval").body
+        except SyntaxError:
+            return True
+    if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):
+        return _allows_none(annotation.left) or _allows_none(annotation.right)
+    name = (annotation.id if isinstance(annotation, ast.Name) else annotation.attr
+            if isinstance(annotation, ast.Attribute) else None)
+    if isinstance(annotation, ast.Subscript):
+        outer = annotation.value
+        outer_name = outer.id if isinstance(outer, ast.Name) else outer.attr if isinstance(outer, ast.Attribute) else ""
+        if outer_name == "Optional":
+            return True
+        if outer_name == "Union":
+            members = annotation.slice.elts if isinstance(annotation.slice, ast.Tuple) else [annotation.slice]
+            return any(_allows_none(m) for m in members)
+        return False
+    return _is_none(annotation) or name in {"NoReturn", "Never"} or (name is not None and len(name) == 1)
+
+
+def _wanted_none(fn: ast.FunctionDef | ast.AsyncFunctionDef, line: int | None) -> str | None:
+    """How the function's None at `line` reads when someone may have wanted a value: an explicit `return None`,
+    or a bare return or the end of a body that returns a value elsewhere. None for a procedure's None, or where
+    the return annotation admits None."""
+    if fn.returns is not None and _allows_none(fn.returns):
+        return None
+    returns = _own_returns(fn)
+    there = next((r for r in returns if r.lineno == line), None)
+    valued = any(r.value is not None and not _is_none(r.value) for r in returns)
+    if there is not None and _is_none(there.value):
+        how = "`return None`"
+    elif there is not None and there.value is None and valued:
+        how = "a bare `return`"
+    elif valued:  # no return there, or one with a value: Python puts the end of a body on the last line it ran
+        how = "the end of its body"
+    else:
+        return None
+    says = (None if fn.returns is None else fn.returns.value if isinstance(fn.returns, ast.Constant)
+            and isinstance(fn.returns.value, str) else ast.unparse(fn.returns))
+    return how if says in (None, "Any", "object") else f"{how}, though it is annotated to return {says}"
+
+
+def none_origin_suspects(returns: list[dict], torch_root: Path, raised: str) -> list[Suspect]:
+    """Of the functions a run saw return a None they made (most recent first, before the exception), those
+    whose None someone may have wanted (`_wanted_none`), most recent first. At most MAX_NONE_ORIGINS."""
+    found: list[Suspect] = []
+    trees: dict[str, dict[int, ast.FunctionDef | ast.AsyncFunctionDef] | None] = {}
+    for n, entry in enumerate(returns, 1):
+        file, function = str(entry.get("file", "")), str(entry.get("function", ""))
+        first, line = entry.get("first_line"), entry.get("line")
+        if not file.endswith(".py") or function.rsplit(".", 1)[-1].startswith("<") or not isinstance(first, int):
+            continue
+        if file not in trees:
+            try:
+                tree = ast.parse((torch_root / file).read_text(errors="replace"))
+            except (OSError, SyntaxError, ValueError):
+                trees[file] = None
+            else:
+                trees[file] = {_first_line(node): node for node in ast.walk(tree)
+                               if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        fn = (trees[file] or {}).get(first)
+        how = _wanted_none(fn, line if isinstance(line, int) else None) if fn is not None else None
+        if how is None:
+            continue
+        found.append(Suspect(
+            file=file, line=line if isinstance(line, int) else first, function=function, evidence=["none_origin"],
+            why=(f"returned None through {how} (line {line}) shortly before {raised} used a None: the "
+                 f"{_ordinal(n)} None counting back from the exception that a compiler function made in that run")))
+        if len(found) >= MAX_NONE_ORIGINS:
+            break
+    return found
+
+
+def _ordinal(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
+def none_used(error_text: str) -> str | None:
+    """`Type: message` of the first exception raised inside torch, when it says it used a None."""
+    for block in parse(error_text).blocks:
+        if any(f.in_torch for f in block.frames):
+            exc = block.exc
+            if exc is not None and NONE_USED.search(exc.message or ""):
+                return f"{exc.type}: {exc.message.strip()[:120]}"
+            return None
+    return None
+
+
 def _unique(suspects: list[Suspect]) -> list[Suspect]:
     seen: set[tuple[str, int | None]] = set()
     out = []
@@ -354,7 +468,7 @@ def _unique(suspects: list[Suspect]) -> list[Suspect]:
 # one ranking: every kind of evidence, weighed by one table
 
 EVIDENCE_WEIGHT: dict[SuspectEvidence, float] = {
-    "bisection": 8.0, "config": 8.0, "exception": 4.0, "guards": 4.0, "recent_change": 3.0,
+    "bisection": 8.0, "config": 8.0, "exception": 4.0, "none_origin": 4.0, "guards": 4.0, "recent_change": 3.0,
     "spectrum": 3.0,  # times the function's score relative to the top one's
     "helper": 1.0, "codegen": 1.0,
 }

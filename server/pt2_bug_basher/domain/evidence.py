@@ -227,11 +227,12 @@ class LadderRowRecord(BaseModel):
     seconds: float | None = None
 
 
-SuspectEvidence = Literal["bisection", "config", "exception", "guards", "recent_change", "spectrum", "helper",
-                          "codegen"]
+SuspectEvidence = Literal["bisection", "config", "exception", "none_origin", "guards", "recent_change", "spectrum",
+                          "helper", "codegen"]
 """What points at a suspect: the bisection's culprit, a config switch that fixes it, a frame of an exception
-raised in torch, Dynamo's guards, a recent commit, the execution spectra of failing and passing runs, a helper
-the culprit calls, code generation that ran only with the culprit."""
+raised in torch, a function that returned a None of its own shortly before an exception that used a None,
+Dynamo's guards, a recent commit, the execution spectra of failing and passing runs, a helper the culprit calls,
+code generation that ran only with the culprit."""
 
 
 class LineRange(BaseModel):

@@ -21,6 +21,8 @@ from pt2_bug_basher.analysis.suspects import (
     codegen_summary,
     exception_suspects,
     merge,
+    none_origin_suspects,
+    none_used,
     spectrum_suspects,
 )
 from pt2_bug_basher.case.pages import read_tail
@@ -44,6 +46,7 @@ from pt2_bug_basher.reduce.bisect import (
 from pt2_bug_basher.reduce.evaluate import ForkServerEvaluator
 from pt2_bug_basher.reduce.ladder import LAUNCHER, LadderRow, LocalizeResult, Reference, load_reference, run_timeout
 from pt2_bug_basher.reduce.ladder import localize as run_ladder
+from pt2_bug_basher.reduce.origins import NoneReturns, none_returns
 from pt2_bug_basher.reduce.variants import DEFAULT_BUDGET_S as VARIANTS_BUDGET_S
 from pt2_bug_basher.reduce.variants import VariantRun, circumstances, run_variants
 
@@ -104,6 +107,7 @@ class _LadderRun:
     problems: list[str] = field(default_factory=list)
     spectra: list[Spectrum] = field(default_factory=list)
     varied: list[VariantRun] = field(default_factory=list)
+    origins: NoneReturns | None = None
     table_read: anyio.Event = field(default_factory=anyio.Event)
     server_ready: anyio.Event = field(default_factory=anyio.Event)
     # The bisector's table and trial server are only wanted when the bug may be below Dynamo: they wait for
@@ -130,9 +134,19 @@ class _LadderRun:
         return result
 
     @cached_property
+    def errors(self) -> str:
+        """The reproduction's stderr, read once."""
+        return _reproduction_errors(self.state, self.ref)
+
+    @cached_property
     def raised(self) -> list[Suspect]:
-        """What the reproduction's exception frames name (its stderr read once, when first asked)."""
-        return exception_suspects(_reproduction_errors(self.state, self.ref))
+        """What the reproduction's exception frames name."""
+        return exception_suspects(self.errors)
+
+    @cached_property
+    def none_used(self) -> str | None:
+        """The exception raised inside torch, when it used a None (and is no comparison's mismatch)."""
+        return none_used(self.errors) if self.ref.category != "accuracy" and self.raised else None
 
     def on_row(self, row: LadderRow) -> None:
         if row.backend == "eager" and row.dynamic == "script" and row.outcome != "same failure":
@@ -168,12 +182,22 @@ class _LadderRun:
         # the variants may take about half what localize took to get here, so its wall time grows by at most half
         budget = min(self.variants_budget_s,
                      max(VARIANTS_FLOOR_S, VARIANTS_SHARE * (time.monotonic() - self.started)))
-        if generated or self.misses:
-            ref = self.ref
-            self.varied.extend(await run_variants(
-                self.state.store, self.case, ref.failure, ref.env, ref.args, self.path, launcher=LAUNCHER,
-                backend=first, timeout_s=run_timeout(ref), limiter=self.limiter, progress=self.progress,
-                budget_s=budget, near_misses=self.misses, generated=generated))
+        async with anyio.create_task_group() as group:
+            if self.none_used:
+                group.start_soon(self.find_none, first)
+            if generated or self.misses:
+                ref = self.ref
+                self.varied.extend(await run_variants(
+                    self.state.store, self.case, ref.failure, ref.env, ref.args, self.path, launcher=LAUNCHER,
+                    backend=first, timeout_s=run_timeout(ref), limiter=self.limiter, progress=self.progress,
+                    budget_s=budget, near_misses=self.misses, generated=generated))
+
+    async def find_none(self, first: str | None) -> None:
+        """Which compiler functions returned a None of their own before the exception that used one."""
+        ref = self.ref
+        self.origins = await none_returns(self.state.store, self.case, ref.failure, ref.env, ref.args, self.path,
+                                          launcher=LAUNCHER, backend=first, timeout_s=run_timeout(ref),
+                                          limiter=self.limiter, progress=self.progress)
 
     async def bisect(self, first: str | None) -> None:
         if first in BISECTABLE_BACKENDS and self.bisect_budget_s > 0:
@@ -196,11 +220,23 @@ def _gather(result: LocalizeResult, run: _LadderRun) -> None:
     elif result.first_failing in BISECTABLE_BACKENDS and run.bisect_budget_s == 0:
         result.notes.append("bisection below the backend was skipped (bisect_budget_s=0).")
     if run.ref.category != "accuracy":  # a mismatch is raised by the comparison, not where the bug is
-        result.suspects += [s for s in run.raised
-                            if (s.file, s.line) not in {(t.file, t.line) for t in result.suspects}]
+        raised = [s for s in run.raised if (s.file, s.line) not in {(t.file, t.line) for t in result.suspects}]
+        result.suspects += raised[:1] + _origins(run, raised) + raised[1:]
     result.variants = [v.outcome for v in run.varied]
     result.circumstances = circumstances(result.variants)
     run.spectra += [v.spectrum for v in run.varied if v.spectrum is not None]
+    if run.origins is not None and run.origins.spectrum is not None:
+        run.spectra.append(run.origins.spectrum)
+
+
+def _origins(run: _LadderRun, raised: list[Suspect]) -> list[Suspect]:
+    """The functions that made the None the exception used, but those its frames already name."""
+    found = run.origins
+    if found is None or found.root is None or run.none_used is None:
+        return []
+    named = {(s.file, s.function) for s in raised}
+    return [s for s in none_origin_suspects(found.returns, found.root, run.none_used)
+            if (s.file, s.function) not in named]
 
 
 async def _rank(result: LocalizeResult, spectra: list[Spectrum]) -> None:

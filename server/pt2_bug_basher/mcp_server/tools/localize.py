@@ -37,7 +37,8 @@ def register(mcp: MCPServer, state: AppState) -> None:
         searched down to one. When backend='eager' already fails without an error from Dynamo (a
         wrong result), one more run with TORCH_LOGS=guards,recompiles,side_effects says what Dynamo
         compiled, whether later calls recompiled, what each input was guarded on, and which of the
-        caller's objects it mutated and wrote back. Returns the table, the
+        caller's objects it mutated and wrote back. When an exception raised inside torch used a None, one
+        more run records which compiler functions returned a None of their own just before it. Returns the table, the
         layer (Dynamo, AOTAutograd, decompositions, Inductor, dynamic shapes), the bisection or the
         guard summary, suspects as file:line in torch's source (most likely first; for a lowering,
         also the code generation that ran only when that op was lowered), how failures were

@@ -1,0 +1,248 @@
+"""Where a None came from: the spectrum probe's record of the Nones compiler functions made before an exception,
+which of them become suspects, and localize naming the function whose None a runtime wrapper called."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from mcp import Client
+
+from pt2_bug_basher.analysis.suspects import MAX_NONE_ORIGINS, none_origin_suspects, none_used
+
+PROBES = Path(__file__).resolve().parents[1] / "server" / "pt2_bug_basher" / "_probes"
+
+# a stand-in for torch's compiler: the probe records only functions under torch/<compiler package>/
+FAKE_MODULE = textwrap.dedent('''\
+    def lookup(table, key):
+        if key in table:
+            return table[key]
+
+
+    def build(items):
+        items.append(1)
+        if items:
+            return
+
+
+    def passthrough(value):
+        return value
+
+
+    def optional(key) -> "int | None":
+        return None
+
+
+    def explicit():
+        return None
+
+
+    def late(flag):
+        if flag:
+            return 1
+
+
+    def use(value):
+        return value.upper()
+    ''')
+
+FAKE_SCRIPT = textwrap.dedent('''\
+    import torch._dynamo.mod as m
+
+    m.build([])
+    value = m.passthrough(m.lookup({}, "a"))
+    m.explicit()
+    m.optional("k")
+    try:
+        m.use(value)
+    except AttributeError as exc:
+        m.late(False)  # after the raise: not before it
+        raise RuntimeError("wrapped") from exc
+    ''')
+
+
+def test_the_probe_records_the_nones_functions_made_before_the_exception(tmp_path: Path):
+    site = tmp_path / "site"
+    (site / "torch" / "_dynamo").mkdir(parents=True)
+    (site / "torch" / "__init__.py").write_text("")
+    (site / "torch" / "_dynamo" / "__init__.py").write_text("")
+    (site / "torch" / "_dynamo" / "mod.py").write_text(FAKE_MODULE)
+    script = tmp_path / "repro.py"
+    script.write_text(FAKE_SCRIPT)
+    out = tmp_path / "spectrum.json"
+    proc = subprocess.run([sys.executable, str(PROBES / "spectrum.py"), "--out", str(out), "--none-returns", "--",
+                           str(PROBES / "launcher.py"), "--", str(script)], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120, env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 1 and "RuntimeError: wrapped" in proc.stderr, proc.stderr
+    data = json.loads(out.read_text())
+    assert data["lines"]["torch/_dynamo/mod.py"], data  # the spectrum is recorded as ever
+    made = [r["function"] for r in data["none_returns"]]
+    # most recent first; a procedure's bare return, a None passed through, and what ran after the raise are not
+    # recorded; an explicit `return None` is, whatever its annotation (the server reads that)
+    assert made == ["optional", "explicit", "lookup"], made
+    lines = FAKE_MODULE.splitlines()
+    at = {r["function"]: lines[r["line"] - 1].strip() for r in data["none_returns"]}
+    assert at["optional"] == at["explicit"] == "return None", at
+    assert data["none_returns"][2]["first_line"] == 1 and at["lookup"] in ("if key in table:", "return table[key]")
+    assert all(r["file"] == "torch/_dynamo/mod.py" and isinstance(r["first_line"], int) for r in data["none_returns"])
+    # without the flag, nothing of it
+    plain = subprocess.run([sys.executable, str(PROBES / "spectrum.py"), "--out", str(out), "--",
+                            str(PROBES / "launcher.py"), "--", str(script)], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=120, env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"})
+    assert plain.returncode == 1 and "none_returns" not in json.loads(out.read_text())
+
+
+SOURCES = textwrap.dedent('''\
+    from typing import Any, Optional
+
+
+    def falls_off(x) -> int:
+        if x:
+            return 1
+
+
+    def optional(x) -> Optional[int]:
+        if x:
+            return 1
+
+
+    def union(x) -> "int | None":
+        return None
+
+
+    def procedure(items):
+        if not items:
+            return
+        items.append(1)
+
+
+    def annotated_none(items) -> None:
+        return None
+
+
+    def only_none():
+        return None
+
+
+    def any_value(x) -> Any:
+        if x:
+            return x
+        return
+
+
+    def callable_of_any(x) -> "Callable[..., Any]":
+        if x:
+            return x
+    ''')
+
+
+def test_only_a_none_someone_may_have_wanted_is_a_suspect(tmp_path: Path):
+    (tmp_path / "torch" / "_dynamo").mkdir(parents=True)
+    (tmp_path / "torch" / "_dynamo" / "a.py").write_text(SOURCES)
+    lines = SOURCES.splitlines()
+
+    import ast
+
+    defs = {n.name: n for n in ast.walk(ast.parse(SOURCES)) if isinstance(n, ast.FunctionDef)}
+
+    def entry(name: str, line_text: str | None = None) -> dict:
+        fn = defs[name]
+        line = (next(i for i in range(fn.lineno, fn.end_lineno + 1) if lines[i - 1].strip() == line_text)
+                if line_text else fn.end_lineno)  # the end of its body
+        return {"file": "torch/_dynamo/a.py", "function": name, "first_line": fn.lineno, "line": line}
+
+    genexpr = {"file": "torch/_dynamo/a.py", "function": "f.<locals>.<genexpr>", "first_line": 1, "line": 1}
+    returns = [entry("optional"), entry("union", "return None"), entry("procedure", "return"),
+               entry("annotated_none", "return None"), genexpr,
+               entry("falls_off", "if x:"), entry("only_none", "return None"), entry("any_value", "return"),
+               entry("callable_of_any")]
+    found = none_origin_suspects(returns, tmp_path, "TypeError: 'NoneType' object is not callable")
+    assert [s.function for s in found] == ["falls_off", "only_none", "any_value"][:MAX_NONE_ORIGINS]
+    assert all(s.evidence == ["none_origin"] and s.file == "torch/_dynamo/a.py" for s in found)
+    why = {s.function: s.why for s in found}
+    assert "the end of its body, though it is annotated to return int" in why["falls_off"]
+    assert "through `return None` (line" in why["only_none"] and "annotated" not in why["only_none"]
+    assert "a bare `return`" in why["any_value"] and "annotated" not in why["any_value"]
+    assert "the 6th None counting back" in why["falls_off"]
+    assert "before TypeError: 'NoneType' object is not callable used a None" in why["falls_off"]
+    # past the limit, the next one that qualifies
+    rest = none_origin_suspects(returns[-1:] * 12, tmp_path, "TypeError")
+    assert [s.function for s in rest] == ["callable_of_any"] * MAX_NONE_ORIGINS
+    assert "annotated to return Callable[..., Any] (line" in rest[0].why and "the 2nd None" in rest[1].why
+
+
+def test_an_exception_that_used_a_none_is_told_apart_by_the_first_torch_block():
+    used = ('Traceback (most recent call last):\n  File "/x/torch/_dynamo/utils.py", line 3, in g\n'
+            '    return f(*args)\nTypeError: \'NoneType\' object is not callable\n')
+    assert none_used(used) == "TypeError: 'NoneType' object is not callable"
+    other = used.replace("'NoneType' object is not callable", "unsupported operand type(s) for +: 'int' and 'str'")
+    assert none_used(other) is None
+    user = used.replace("/x/torch/_dynamo/utils.py", "/home/me/repro.py")
+    assert none_used(user) is None  # raised in the user's code, not inside torch
+
+
+# -- localize end to end on a planted missing return value in an AOTAutograd runtime wrapper --------------
+
+EFFECT_TOKENS_FILE = "torch/_functorch/_aot_autograd/runtime_wrappers.py"
+EFFECT_TOKENS_OLD = ("        num_tokens = len(runtime_metadata.tokens)\n        if num_tokens == 0:\n"
+                     "            return compiled_fn\n")
+EFFECT_TOKENS_NEW = ("        num_tokens = len(runtime_metadata.tokens)\n        if num_tokens == 0:\n"
+                     "            return\n")
+EFFECT_TOKENS_REPRO = textwrap.dedent('''\
+    import torch
+
+
+    def f(x, y):
+        return torch.sin(x) * y + 1
+
+
+    if __name__ == "__main__":
+        x, y = torch.randn(8), torch.randn(8)
+        out = torch.compile(f, backend="aot_eager")(x, y)
+        torch.testing.assert_close(out, f(x, y))
+    ''')
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_the_wrapper_that_returned_the_none_a_compiled_call_used_is_named(tmp_path: Path):
+    """A bare `return` where `return compiled_fn` was meant: the compiled call fails much later, in a frame that
+    only calls what it was given, and the commit is upstream (a remote branch holds it), so no own-change rule
+    names it. The run that records the Nones names the wrapper's post_compile, and says how it returned."""
+    from planted_bugs import PlantedBug, plant
+    from torch_checkout import build_torch_checkout, git
+
+    from pt2_bug_basher.case.config import ServerConfig
+    from pt2_bug_basher.mcp_server.server import create_server
+
+    made = build_torch_checkout(tmp_path)
+    bug = PlantedBug(name="effect_tokens", file=EFFECT_TOKENS_FILE, old=EFFECT_TOKENS_OLD, new=EFFECT_TOKENS_NEW,
+                     repro=EFFECT_TOKENS_REPRO, layer="AOTAutograd", guilty="EffectTokensWrapper.post_compile",
+                     what="returns None instead of the compiled function when there are no effect tokens",
+                     commit_message="AOTAutograd: effect tokens wrapper tidy")
+    plant(made.checkout, bug)
+    git(made.checkout, "update-ref", "refs/remotes/origin/main", "HEAD")
+    (made.checkout / "repro_tokens.py").write_text(bug.repro)
+    config = ServerConfig(state_dir=made.root / "state", default_repo=made.checkout, allowed_roots=(made.root,))
+    async with Client(create_server(config)) as client:
+        env = await client.call_tool("check_env", {"python": str(made.python), "repo": str(made.checkout)})
+        case_id = env.structured_content["case_id"]
+        run = await client.call_tool("run_with_logs", {"case_id": case_id, "script": "repro_tokens.py"})
+        assert run.structured_content["reproduced"], run.structured_content
+        result = await client.call_tool("localize", {"case_id": case_id, "bisect_budget_s": 0})
+    assert not result.is_error, result.content[0].text
+    data = result.structured_content
+    assert data["layer"] == "AOTAutograd", data["table"]
+    top3 = [(s["file"], s["function"]) for s in data["suspects"][:3]]
+    assert (EFFECT_TOKENS_FILE, "EffectTokensWrapper.post_compile") in top3, data["suspects"][:5]
+    guilty = next(s for s in data["suspects"] if s["function"] == "EffectTokensWrapper.post_compile")
+    assert "none_origin" in guilty["evidence"], guilty
+    assert "a bare `return`, though it is annotated to return Callable[..., Any]" in guilty["why"], guilty
+    source = (made.checkout / EFFECT_TOKENS_FILE).read_text().splitlines()
+    assert source[guilty["line"] - 1].strip() == "return", guilty
+    # the innermost frame, which only calls what it was given, is still there
+    assert any(s["evidence"] == ["exception"] for s in data["suspects"][:4]), data["suspects"][:4]
