@@ -36,7 +36,8 @@ from torch_checkout import build_torch_checkout, git  # noqa: E402
 from pt2_bug_basher.case.config import ServerConfig  # noqa: E402
 
 BISECTOR_TIMEOUT_S = 3600
-STALL_REPORT_S = 900.0  # localize on an Inductor mutant takes minutes here; a stall, far longer
+# localize on an Inductor mutant takes minutes here; a stall, far longer
+STALL_REPORT_S = float(os.environ.get("BENCH_STALL_REPORT_S", 900.0))
 
 
 def rank(suspects: list[dict], guilty: str) -> int | None:
@@ -75,14 +76,19 @@ async def ours(root: Path, checkout: Path, python: Path, script: Path, state: Pa
 
 
 async def _stall_report(after_s: float) -> None:
-    """A localize still running after `after_s`: every task's stack to stderr, to see what it waits on."""
+    """A localize still running after `after_s`: every task's chain of awaits to stderr, to see what it waits on."""
     import asyncio
 
     await anyio.sleep(after_s)
     print(f"localize still running after {after_s:.0f} s; its tasks:", file=sys.stderr)
     for task in asyncio.all_tasks():
         print(f"-- {task.get_name()}", file=sys.stderr)
-        task.print_stack(limit=20, file=sys.stderr)
+        awaited = task.get_coro()
+        while awaited is not None:
+            frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "gi_frame", None)
+            where = f"{frame.f_code.co_filename}:{frame.f_lineno} {frame.f_code.co_name}" if frame else repr(awaited)
+            print(f"   {where}", file=sys.stderr)
+            awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "gi_yieldfrom", None)
 
 
 def baseline(root: Path, python: Path, script: Path) -> dict:
