@@ -228,9 +228,10 @@ _UNKNOWN_MEANING = (
     "options (a custom backend, mode=..., config), or does not come from compilation.")
 
 
-def rung_argv(python: str, script: Path, args: list[str], backend: str, dynamic: str) -> list[str]:
-    """The command of one rung: the script under the launcher, its torch.compile calls swapped."""
-    argv = [python, str(LAUNCHER), "--backend", backend]
+def rung_argv(python: str, script: Path, args: list[str], backend: str | None, dynamic: str = "script") -> list[str]:
+    """The command of one rung: the script under the launcher, its torch.compile calls swapped (backend None: the
+    script's own backend)."""
+    argv = [python, str(LAUNCHER), *(["--backend", backend] if backend else [])]
     if dynamic != "script":
         argv += ["--dynamic", dynamic.lower()]
     return [*argv, "--", str(script), *args]

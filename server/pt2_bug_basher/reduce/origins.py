@@ -16,36 +16,34 @@ from pt2_bug_basher.analysis.spectra import Spectrum
 from pt2_bug_basher.case.store import CaseRecord, Store
 from pt2_bug_basher.execution.runs import ProgressFn, execute, with_spectrum
 from pt2_bug_basher.execution.warm import WarmRequest
+from pt2_bug_basher.reduce.ladder import rung_argv
 from pt2_bug_basher.reduce.variants import read_spectrum
 
 
 @dataclass
 class NoneReturns:
-    """The run's record: the returns (most recent first) when it failed the case's way, and its spectrum."""
+    """What the run recorded, when it failed the case's way: the returns (most recent first) and its spectrum."""
 
-    run_id: str
-    same_failure: bool
     root: Path | None = None  # the folder that holds the case's torch package
     returns: list[dict] = field(default_factory=list)
     spectrum: Spectrum | None = None
 
 
 async def none_returns(store: Store, case: CaseRecord, ref_failure, ref_env: dict[str, str], ref_args: list[str],
-                       script: Path, *, launcher: Path, backend: str | None, timeout_s: float,
-                       limiter: anyio.CapacityLimiter, progress: ProgressFn) -> NoneReturns:
+                       script: Path, *, backend: str | None, timeout_s: float, limiter: anyio.CapacityLimiter,
+                       progress: ProgressFn) -> NoneReturns:
     folder = store.case_dir(case.case_id) / "origins"
     folder.mkdir(parents=True, exist_ok=True)
     out = folder / f"none-returns-{backend or 'script'}.json"
     out.unlink(missing_ok=True)
-    argv = [case.python, str(launcher), *(["--backend", backend] if backend else []), "--", str(script), *ref_args]
+    argv = rung_argv(case.python, script, ref_args, backend)
     async with limiter:
         await progress("localize: the repro once more, recording which compiler functions returned a None")
         result = await execute(store, case, with_spectrum(store, argv, out, none_returns=True), tool="localize",
                                cwd=script.parent, env_add=ref_env, timeout_s=timeout_s, progress=progress,
                                warm=WarmRequest(), label="localize: where the None came from")
-    same = bool(same_failure(run_failure(result), ref_failure, RERUN_OR_ACCURACY).level)
-    found = NoneReturns(run_id=result.run_id, same_failure=same)
-    if same:
+    found = NoneReturns()
+    if same_failure(run_failure(result), ref_failure, RERUN_OR_ACCURACY).level:
         try:
             data = json.loads(out.read_text())
             returns, root = data.get("none_returns", []), data.get("torch")

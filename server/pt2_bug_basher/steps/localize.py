@@ -196,8 +196,8 @@ class _LadderRun:
         """Which compiler functions returned a None of their own before the exception that used one."""
         ref = self.ref
         self.origins = await none_returns(self.state.store, self.case, ref.failure, ref.env, ref.args, self.path,
-                                          launcher=LAUNCHER, backend=first, timeout_s=run_timeout(ref),
-                                          limiter=self.limiter, progress=self.progress)
+                                          backend=first, timeout_s=run_timeout(ref), limiter=self.limiter,
+                                          progress=self.progress)
 
     async def bisect(self, first: str | None) -> None:
         if first in BISECTABLE_BACKENDS and self.bisect_budget_s > 0:
