@@ -132,16 +132,17 @@ def run_fauxpy(checkout: Path, python: Path, repro: Path, site: Path, work: Path
                 "score": float(r["Score"])} for r in rows]
     for report in reports:
         shutil.rmtree(report, ignore_errors=True)
-    failing = out.count(" FAILED") or sum(1 for line in out.splitlines() if line.startswith("FAILED"))
+    failing = sum(1 for line in out.splitlines() if line.startswith("FAILED "))  # pytest's short summary
     return {"tests": count, "failing": failing, "seconds": seconds, "rankings": rankings, "tail": out[-300:]}
 
 
 def rank_of(ranking: list[dict], file: str, function: str, lines: tuple[int, int]) -> int | None:
-    """1-based position of the mutated function (same file, and its name or its first line), ties counted
-    pessimistically: every function scored as high ranks before it."""
+    """1-based position of the mutated function (same file, and its first line inside the function's; its bare
+    name where FauxPy gave no line), ties counted pessimistically: every function scored as high ranks before it."""
     for entry in ranking:
-        if entry["file"] == file and (entry["function"] == function.rsplit(".", 1)[-1] or entry["function"] == function
-                                      or (entry["first"] is not None and lines[0] <= entry["first"] <= lines[1])):
+        here = (lines[0] <= entry["first"] <= lines[1] if entry["first"] is not None else
+                entry["function"] in (function, function.rsplit(".", 1)[-1]))
+        if entry["file"] == file and here:
             return sum(1 for other in ranking if other["score"] >= entry["score"])
     return None
 
