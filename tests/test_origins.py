@@ -48,6 +48,10 @@ FAKE_MODULE = textwrap.dedent('''\
 
     def use(value):
         return value.upper()
+
+
+    def trace(table):
+        return use(lookup(table, "b"))
     ''')
 
 FAKE_SCRIPT = textwrap.dedent('''\
@@ -58,7 +62,7 @@ FAKE_SCRIPT = textwrap.dedent('''\
     m.explicit()
     m.optional("k")
     try:
-        m.use(value)
+        m.trace({})
     except AttributeError as exc:
         m.late(False)  # after the raise: not before it
         raise RuntimeError("wrapped") from exc
@@ -83,11 +87,16 @@ def test_the_probe_records_the_nones_functions_made_before_the_exception(tmp_pat
     made = [r["function"] for r in data["none_returns"]]
     # most recent first; a procedure's bare return, a None passed through, and what ran after the raise are not
     # recorded; an explicit `return None` is, whatever its annotation (the server reads that)
-    assert made == ["optional", "explicit", "lookup"], made
+    assert made == ["lookup", "optional", "explicit"], made
     lines = FAKE_MODULE.splitlines()
     at = {r["function"]: lines[r["line"] - 1].strip() for r in data["none_returns"]}
     assert at["optional"] == at["explicit"] == "return None", at
-    assert data["none_returns"][2]["first_line"] == 1 and at["lookup"] in ("if key in table:", "return table[key]")
+    assert data["none_returns"][0]["first_line"] == 1 and at["lookup"] in ("if key in table:", "return table[key]")
+    # where each None was made, against the exception's traceback: lookup's last None was made beneath
+    # `trace`, which the exception also left through; the others beneath the script's own module code only
+    meets = {r["function"]: (r["meet"], r["shared"]) for r in data["none_returns"]}
+    assert meets["lookup"][0] == "trace" and meets["optional"][0] == meets["explicit"][0] == "<module>", meets
+    assert meets["lookup"][1] == meets["optional"][1] + 1 and meets["optional"][1] == meets["explicit"][1] > 0
     assert all(r["file"] == "torch/_dynamo/mod.py" and isinstance(r["first_line"], int) for r in data["none_returns"])
     # without the flag, nothing of it
     plain = subprocess.run([sys.executable, str(PROBES / "spectrum.py"), "--out", str(out), "--",
@@ -137,6 +146,21 @@ SOURCES = textwrap.dedent('''\
     def callable_of_any(x) -> "Callable[..., Any]":
         if x:
             return x
+
+
+    def documented(source) -> "LeafSpec":
+        """Look the spec up.
+        Returns ``None`` if the source isn't covered."""
+        if source:
+            return source
+        return None
+
+
+    def documented_or(source) -> "Choice":
+        """A new choice, or None if generation fails."""
+        if source:
+            return source
+        return None
     ''')
 
 
@@ -157,7 +181,8 @@ def test_only_a_none_someone_may_have_wanted_is_a_suspect(tmp_path: Path):
 
     genexpr = {"file": "torch/_dynamo/a.py", "function": "f.<locals>.<genexpr>", "first_line": 1, "line": 1}
     returns = [entry("optional"), entry("union", "return None"), entry("procedure", "return"),
-               entry("annotated_none", "return None"), genexpr,
+               entry("annotated_none", "return None"), genexpr, entry("documented", "return None"),
+               entry("documented_or", "return None"),
                entry("falls_off", "if x:"), entry("only_none", "return None"), entry("any_value", "return"),
                entry("callable_of_any")]
     found = none_origin_suspects(returns, tmp_path, "TypeError: 'NoneType' object is not callable")
@@ -167,8 +192,13 @@ def test_only_a_none_someone_may_have_wanted_is_a_suspect(tmp_path: Path):
     assert "the end of its body, though it is annotated to return int" in why["falls_off"]
     assert "through `return None` (line" in why["only_none"] and "annotated" not in why["only_none"]
     assert "a bare `return`" in why["any_value"] and "annotated" not in why["any_value"]
-    assert "the 6th None counting back" in why["falls_off"]
+    assert "the 8th None counting back" in why["falls_off"]
     assert "before TypeError: 'NoneType' object is not callable used a None" in why["falls_off"]
+    # a None made beneath a deeper frame of the exception's traceback goes first, whatever its recency
+    deeper = [dict(r, shared=2, meet="outer") for r in returns[:-1]] + [dict(returns[-1], shared=9, meet="tracer")]
+    first = none_origin_suspects(deeper, tmp_path, "TypeError")
+    assert [s.function for s in first] == ["callable_of_any", "falls_off", "only_none"][:MAX_NONE_ORIGINS]
+    assert "the 11th None counting back" in first[0].why and "called beneath `tracer`" in first[0].why
     # past the limit, the next one that qualifies
     rest = none_origin_suspects(returns[-1:] * 12, tmp_path, "TypeError")
     assert [s.function for s in rest] == ["callable_of_any"] * MAX_NONE_ORIGINS

@@ -10,7 +10,9 @@ interpreter that lacks coverage. `--none-returns` also records, through a profil
 run's time), the functions of those packages that returned a None of their own that someone may have
 wanted (an explicit `return None`; a bare return or the end of the body in a function that returns a value
 elsewhere) before the exception that ended the run was raised, most recent first:
-{"none_returns": [{"file", "function", "first_line", "line"}, ...]}. Runs in the interpreter
+{"none_returns": [{"file", "function", "first_line", "line", "shared", "meet"}, ...]}: "shared" counts the
+frames of the exception's traceback (outermost first, down its causes) to the deepest one that was also a
+caller of that return, "meet" (0 and None when none was). Runs in the interpreter
 under investigation; imports nothing from pt2_bug_basher. Also run in children of the fork server.
 """
 
@@ -32,6 +34,7 @@ PACKAGES = ("_dynamo", "_functorch", "_inductor", "fx", "_decomp", "_refs", "_pr
 
 
 MAX_NONE_RETURNS = 100
+MAX_CALLERS = 400  # frames read up the stack at a None return, to meet the exception's traceback
 _RETURNS = {dis.opmap[name] for name in ("RETURN_VALUE", "RETURN_CONST") if name in dis.opmap}
 _SUSPENDING = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 _SUSPENDS = {dis.opmap[name] for name in ("YIELD_VALUE", "SEND", "RETURN_GENERATOR") if name in dis.opmap}
@@ -66,6 +69,10 @@ class _NoneReturns:
         self.unwound: dict[int, int] = {}  # id(frame) -> count when an exception left it
         self.codes: dict = {}  # code -> _none_returns(code), or None when it is not under roots
         self.wanted: dict = {}  # (code, line) -> whether a None returned there may have been wanted
+        # id(frame) -> count when it was entered (last resumed, for a generator): with the id, it names one
+        # activation, so a None made beneath a frame is matched to the traceback's frame, not to another call
+        # of the same function whose frame had that address before
+        self.started: dict[int, int] = {}
 
     def _wanted(self, code, line: int, valued: bool) -> bool:
         key = (code, line)
@@ -75,6 +82,10 @@ class _NoneReturns:
         return self.wanted[key]
 
     def __call__(self, frame, event, arg) -> None:
+        if event == "call":
+            self.count += 1
+            self.started[id(frame)] = self.count
+            return
         if event != "return":
             return
         self.count += 1
@@ -88,10 +99,16 @@ class _NoneReturns:
                                         and not code.co_flags & _SUSPENDING else None)
                 found = self.codes[code]
                 if found is not None and lasti in found[0] and self._wanted(code, frame.f_lineno, found[1]):
-                    self.last[code] = (self.count, frame.f_lineno)
+                    callers: set[tuple[int, int | None]] = set()
+                    up = frame.f_back
+                    while up is not None and len(callers) < MAX_CALLERS:
+                        callers.add((id(up), self.started.get(id(up))))
+                        up = up.f_back
+                    self.last[code] = (self.count, frame.f_lineno, frozenset(callers))
                     self.last.move_to_end(code)
+            self.started.pop(id(frame), None)
         elif op not in _SUSPENDS:
-            self.unwound[id(frame)] = self.count
+            self.unwound[id(frame)] = self.count  # an exception left it: it may be the traceback's
 
     def start(self) -> None:
         threading.setprofile(self)
@@ -117,16 +134,36 @@ class _NoneReturns:
                 cut = left if cut is None or (left is not None and left < cut) else cut
                 tb = tb.tb_next
             todo += [one.__cause__, one.__context__]
+        raised = [(id(f), self.started.get(id(f)), f.f_code) for f in _traceback_frames(exc)]
         out = []
-        for code, (count, line) in reversed(self.last.items()):
+        for code, (count, line, callers) in reversed(self.last.items()):
             if cut is not None and count >= cut:
                 continue
+            meet = max((i for i, (at, since, _) in enumerate(raised) if (at, since) in callers), default=None)
+            meet_code = None if meet is None else raised[meet][2]
             out.append({"file": os.path.relpath(code.co_filename, parent).replace(os.sep, "/"),
                         "function": getattr(code, "co_qualname", code.co_name), "first_line": code.co_firstlineno,
-                        "line": line})
+                        "line": line, "shared": 0 if meet is None else meet + 1,
+                        "meet": meet_code and getattr(meet_code, "co_qualname", meet_code.co_name)})
             if len(out) >= MAX_NONE_RETURNS:
                 break
         return out
+
+
+def _traceback_frames(exc: BaseException) -> list:
+    """The frames the exception went through, outermost first, down its chain of causes (a cause's traceback
+    starts in the frame that caught it, the last of the one before)."""
+    out: list = []
+    seen: set[int] = set()
+    one: BaseException | None = exc
+    while one is not None and id(one) not in seen:
+        seen.add(id(one))
+        tb = one.__traceback__
+        while tb is not None:
+            out.append(tb.tb_frame)
+            tb = tb.tb_next
+        one = one.__cause__ or one.__context__
+    return out
 
 
 def _torch_parent() -> str | None:

@@ -386,11 +386,15 @@ def _allows_none(annotation: ast.expr) -> bool:
     return _is_none(annotation) or name in {"NoReturn", "Never"} or (name is not None and len(name) == 1)
 
 
+# a docstring that promises a None ("Returns ``None`` if the source isn't covered", "..., or None if it fails")
+_DOCUMENTED_NONE = re.compile(r"\breturn(?:s|ed)?\b[^.]*?\bNone\b|\bor\s+`*None\b", re.IGNORECASE)
+
+
 def _wanted_none(fn: ast.FunctionDef | ast.AsyncFunctionDef, line: int | None) -> str | None:
     """How the function's None at `line` reads when someone may have wanted a value: an explicit `return None`,
     or a bare return or the end of a body that returns a value elsewhere. None for a procedure's None, or where
-    the return annotation admits None."""
-    if fn.returns is not None and _allows_none(fn.returns):
+    the return annotation or the docstring admits None."""
+    if fn.returns is not None and _allows_none(fn.returns) or _DOCUMENTED_NONE.search(ast.get_docstring(fn) or ""):
         return None
     returns = _own_returns(fn)
     there = next((r for r in returns if r.lineno == line), None)
@@ -410,10 +414,13 @@ def _wanted_none(fn: ast.FunctionDef | ast.AsyncFunctionDef, line: int | None) -
 
 def none_origin_suspects(returns: list[dict], torch_root: Path, raised: str) -> list[Suspect]:
     """Of the functions a run saw return a None they made (most recent first, before the exception), those
-    whose None someone may have wanted (`_wanted_none`), most recent first. At most MAX_NONE_ORIGINS."""
+    whose None someone may have wanted (`_wanted_none`): the ones made beneath a deeper frame of the exception's
+    traceback first (a None made while tracing a graph is used by the code that traced it, not by an unrelated
+    lookup earlier), then the most recent. At most MAX_NONE_ORIGINS."""
     found: list[Suspect] = []
     trees: dict[str, dict[int, ast.FunctionDef | ast.AsyncFunctionDef] | None] = {}
-    for n, entry in enumerate(returns, 1):
+    ordered = sorted(enumerate(returns, 1), key=lambda pair: -_shared(pair[1]))
+    for n, entry in ordered:
         file, function = str(entry.get("file", "")), str(entry.get("function", ""))
         first, line = entry.get("first_line"), entry.get("line")
         if not file.endswith(".py") or function.rsplit(".", 1)[-1].startswith("<") or not isinstance(first, int):
@@ -430,13 +437,21 @@ def none_origin_suspects(returns: list[dict], torch_root: Path, raised: str) -> 
         how = _wanted_none(fn, line if isinstance(line, int) else None) if fn is not None else None
         if how is None:
             continue
+        meet = entry.get("meet")
+        beneath = f", called beneath `{meet}`, which the exception's traceback also runs through" if meet else ""
         found.append(Suspect(
             file=file, line=line if isinstance(line, int) else first, function=function, evidence=["none_origin"],
             why=(f"returned None through {how} (line {line}) shortly before {raised} used a None: the "
-                 f"{_ordinal(n)} None counting back from the exception that a compiler function made in that run")))
+                 f"{_ordinal(n)} None counting back from the exception that a compiler function made in that run"
+                 f"{beneath}")))
         if len(found) >= MAX_NONE_ORIGINS:
             break
     return found
+
+
+def _shared(entry: dict) -> int:
+    shared = entry.get("shared")
+    return shared if isinstance(shared, int) else 0
 
 
 def _ordinal(n: int) -> str:
