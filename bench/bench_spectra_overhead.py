@@ -24,9 +24,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "server")]
 
 from pt2_bug_basher.case.store import Store  # noqa: E402
-from pt2_bug_basher.execution.runs import execute, with_spectrum  # noqa: E402
+from pt2_bug_basher.execution.runs import (  # noqa: E402
+    LAUNCHER,  # noqa: E402
+    execute,
+    with_spectrum,
+)
 from pt2_bug_basher.execution.warm import WarmRequest, stop_all  # noqa: E402
-from pt2_bug_basher.reduce.ladder import LAUNCHER  # noqa: E402
 
 REPROS = {
     "aot_eager_mutation": ("aot_eager", '''\

@@ -13,8 +13,8 @@ from mcp import Client
 
 from pt2_bug_basher.analysis.compare import CANDIDATE, TRIAL, Compiled, Failure, Oracle, compiled_report, raiser
 from pt2_bug_basher.case.config import ServerConfig
+from pt2_bug_basher.execution.runs import LAUNCHER
 from pt2_bug_basher.mcp_server.server import create_server
-from pt2_bug_basher.reduce.ladder import LAUNCHER
 
 pytestmark = pytest.mark.anyio
 DATA = Path(__file__).parent / "data" / "oracle"

@@ -15,8 +15,7 @@ from mcp import Client
 from pt2_bug_basher.analysis.spectra import FunctionSpan, Spectrum, files_to_read, function_spans, rank
 from pt2_bug_basher.analysis.suspects import merge, spectrum_suspects
 from pt2_bug_basher.domain.evidence import Suspect
-from pt2_bug_basher.execution.runs import SPECTRUM_PROBE
-from pt2_bug_basher.reduce.ladder import LAUNCHER
+from pt2_bug_basher.execution.runs import LAUNCHER, SPECTRUM_PROBE
 
 MODULE = textwrap.dedent('''\
     import os

@@ -1,6 +1,7 @@
 """Run a repro script with torch.compile's backend and/or `dynamic` forced, without editing it.
 
-    python launcher.py [--backend NAME] [--dynamic true|false] [--no-mark] [--bisect-trace] -- script.py [args...]
+    python launcher.py [--backend NAME] [--dynamic true|false] [--no-mark] [--bisect-trace] [--kernel-origins FILE]
+                       -- script.py [args...]
 
 Patches `torch.compile` and `torch._dynamo.optimize` before the script runs, then runs the script
 as `__main__` (its own directory first on sys.path, its own argv), so the failure is reported as
@@ -12,6 +13,8 @@ JSON: the frames Dynamo began converting (`frames`), those it converted (`frames
 compilations timed (`backend_compiles`): the caller's proof that a compiled call ran before the end.
 `--bisect-trace`
 prints each application of the subsystem the compiler bisector is bisecting (`bisect_probe.py`).
+`--kernel-origins FILE` records which of Inductor's functions wrote each line of generated code and made the
+code text in it (`kernel_origins.py`).
 
 Runs in the interpreter under investigation; imports nothing from pt2_bug_basher. Also imported by
 the fork server (`forkserver.py`, same folder), which calls `run_script` in forked children.
@@ -154,15 +157,19 @@ def print_exception(exc: BaseException) -> None:
 _OWN_FILES = {_THIS, os.path.join(os.path.dirname(_THIS), "forkserver.py")}
 
 
-def install_bisect_trace() -> None:
+def _probe(name: str):
+    """A probe module of this folder, loaded under a private name (the script's own modules stay its own)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("pt2bb_bisect_probe", os.path.join(os.path.dirname(_THIS),
-                                                                                     "bisect_probe.py"))
+    spec = importlib.util.spec_from_file_location(f"pt2bb_{name}", os.path.join(os.path.dirname(_THIS), f"{name}.py"))
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    module.install_trace()
+    return module
+
+
+def install_bisect_trace() -> None:
+    _probe("bisect_probe").install_trace()
 
 
 def main(argv: list[str]) -> int:
@@ -170,6 +177,7 @@ def main(argv: list[str]) -> int:
     dynamic = "keep"
     mark = True
     bisect_trace = False
+    kernel_origins = None
     i = 0
     while i < len(argv) and argv[i] != "--":
         if argv[i] == "--backend":
@@ -184,6 +192,9 @@ def main(argv: list[str]) -> int:
         elif argv[i] == "--bisect-trace":
             bisect_trace = True
             i += 1
+        elif argv[i] == "--kernel-origins" and i + 1 < len(argv):
+            kernel_origins = argv[i + 1]
+            i += 2
         else:
             print(f"launcher: unknown option {argv[i]!r}", file=sys.stderr)
             return 2
@@ -194,6 +205,8 @@ def main(argv: list[str]) -> int:
     patch_torch(backend, dynamic, mark)
     if bisect_trace:
         install_bisect_trace()
+    if kernel_origins:
+        _probe("kernel_origins").install(kernel_origins)
     try:
         run_script(rest[0], rest[1:])
     except SystemExit:

@@ -8,6 +8,10 @@ comments, the post-grad FX graph), and the kernel's code.
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
+
 from pydantic import BaseModel, Field
 
 from pt2_bug_basher.analysis.dataflow import Call, DataFlow, data_flow
@@ -18,6 +22,16 @@ MAX_OUTPUT_KERNELS = 4
 EXCERPT_CHARS = 1200
 NAMED_ITEM = "(the item the assertion names)"
 _ROLE_ORDER = {"inference": 0, "forward": 0, "unknown": 1, "backward": 2}
+
+
+class KernelOrigin(BaseModel):
+    function: str = Field(description="the function of torch/_inductor, as Class.method")
+    file: str
+    line: int = Field(description="the line of its `def`")
+    wrote: int = Field(0, description="lines of the kernel it wrote (IndentedBuffer.writeline)")
+    made: int = Field(0, description="lines of the kernel holding code text it returned (an op's expression, an "
+                                     "index, a mask)")
+    first: str = Field(description="the first such line of the kernel (of those that compute its outputs, if any)")
 
 
 class OutputKernel(BaseModel):
@@ -32,6 +46,11 @@ class OutputKernel(BaseModel):
     line: int | None = Field(None, description="the line of output_code.py where the kernel is defined")
     output_code: str = Field(description="resource URI of the page of output_code.py with that line")
     excerpt: str | None = Field(None, description="the kernel's code, boilerplate left out (bounded)")
+    origins: list[KernelOrigin] = Field(
+        default_factory=list,
+        description="the code-generation functions that produced the kernel's lines (recorded while the run "
+                    "generated it): first those of the lines that compute and store its outputs; read them beside "
+                    "the excerpt")
 
 
 def output_kernels(graphs: list[Graph], item: int | None, case_id: str, stamp: str) -> list[OutputKernel]:
@@ -108,3 +127,79 @@ def _entry(graph: Graph, call: Call, role: str, case_id: str, stamp: str, focus:
     entry.fx_nodes, entry.fx_nodes_from = nodes[:20], source if nodes else None
     entry.aten_ops = graph.ops_of(nodes) or (kernel.aten_ops if kernel else [])
     return entry
+
+
+MAX_ORIGINS = 8
+MIN_MADE_CHARS = 5  # shorter returned texts (`1.0`, `x0 `) sit in too many lines to tell anything
+_TMP_DEFINED = re.compile(r"\b(tmp\d+)\s*=(?!=)")
+_TMP_USED = re.compile(r"\btmp\d+\b")
+# a store to an output: `out_ptr0[x0] = tmp1;`, `tmp4.store(out_ptr0 + x0)`, `tl.store(out_ptr0 + x0, tmp4, xmask)`,
+# an atomic add into one
+_OUTPUT_STORE = re.compile(r"\b(?:in_)?out_ptr\d+\s*\[[^\]]*\]\s*=(?!=)|\.store\(\s*(?:in_)?out_ptr\d+"
+                           r"|atomic_add\(\s*&?\s*(?:in_)?out_ptr\d+")
+
+
+def load_origins(path: Path) -> dict | None:
+    """What `launcher.py --kernel-origins` recorded: {"wrote": {line: [...]}, "made": {text: [...]}}."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("wrote"), dict) else None
+
+
+def _output_slice(lines: list[str]) -> list[int]:
+    """The lines that store an output (out_ptrN) and, back through the tmpN they use, the lines that compute
+    what they store, in reading order."""
+    defined: dict[str, list[int]] = {}
+    for n, line in enumerate(lines):
+        for name in _TMP_DEFINED.findall(line):
+            defined.setdefault(name, []).append(n)
+    todo = [n for n, line in enumerate(lines) if _OUTPUT_STORE.search(line)]
+    seen = set(todo)
+    while todo:
+        n = todo.pop()
+        for name in _TMP_USED.findall(lines[n]):
+            for m in defined.get(name, []):
+                if m < n and m not in seen:
+                    seen.add(m)
+                    todo.append(m)
+    return sorted(seen)
+
+
+def kernel_origins(body: str, origins: dict) -> list[KernelOrigin]:
+    """The functions that wrote the kernel's lines, or made code text in them: first those of the lines that
+    compute and store its outputs, then the rest; in each, those that produced fewest of its lines first (sorted
+    stably, so reading order breaks ties, and on a line the one that made its text comes before the one that
+    wrote it out). The definition line (the wrapper's) is left out."""
+    wrote: dict[str, list] = origins.get("wrote") or {}
+    made = [(text, who) for text, who in (origins.get("made") or {}).items()
+            if len(text) >= MIN_MADE_CHARS and "\n" not in text and not text.replace(".", "").isdigit()]
+    lines = [raw.strip() for raw in body.splitlines()[1:] if raw.strip()]
+    computing = _output_slice(lines)
+    order = computing + [n for n in range(len(lines)) if n not in set(computing)]
+    found: dict[tuple[str, str, int], KernelOrigin] = {}
+
+    def add(row: list, line: str, how: str) -> None:
+        file, function, first = str(row[0]), str(row[1]), row[2]
+        if not isinstance(first, int) or function.rsplit(".", 1)[-1].startswith("<"):
+            return
+        entry = found.setdefault((file, function, first), KernelOrigin(function=function, file=file, line=first,
+                                                                       first=line[:90]))
+        setattr(entry, how, getattr(entry, how) + 1)
+
+    slice_of: dict[tuple[str, str, int], bool] = {}
+    for n in order:
+        line = lines[n]
+        before = set(found)
+        for _text, who in sorted((m for m in made if m[0] in line), key=lambda m: -len(m[0])):
+            for row in who:
+                add(row, line, "made")
+        for row in wrote.get(line, []):
+            add(row, line, "wrote")
+        for key in set(found) - before:
+            slice_of[key] = n in set(computing)
+    # those of the computing lines first; among them, the ones that produced fewest of its lines (the relu
+    # override that made one expression) before the helpers every line goes through (index formatting, CSE)
+    ranked = sorted(found, key=lambda key: (not slice_of[key], found[key].wrote + found[key].made))
+    return [found[key] for key in ranked][:MAX_ORIGINS]

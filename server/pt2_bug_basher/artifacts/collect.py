@@ -30,6 +30,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from pt2_bug_basher.analysis.verdict import RunVerdict, run_uri
+from pt2_bug_basher.artifacts.accuracy import kernel_origins, load_origins
 from pt2_bug_basher.artifacts.graphs import Graph, GraphSummary, compile_ids_from_stderr, load_graph, summarise_graph
 from pt2_bug_basher.artifacts.index import (
     CACHE_DIR_NAME,
@@ -47,7 +48,7 @@ from pt2_bug_basher.artifacts.index import (
 from pt2_bug_basher.artifacts.locate import FailureLocation, locate_failure
 from pt2_bug_basher.artifacts.trace import TraceInfo, collect_trace, tlparse_related
 from pt2_bug_basher.case.store import CaseRecord, Store
-from pt2_bug_basher.execution.runs import ProgressFn, RunResult, execute
+from pt2_bug_basher.execution.runs import LAUNCHER, ProgressFn, RunResult, execute
 from pt2_bug_basher.execution.tlparse import CompileDirectory
 
 TOOL = "collect_debug_artifacts"
@@ -113,6 +114,25 @@ class Target:
     source: str = ""
     note: str | None = None
     """what the result should say about the script (a copy the case keeps)"""
+    launcher: list[str] = field(default_factory=list)
+    """the launcher's options the rerun keeps (a rerun of a run the launcher made: its forced backend)"""
+
+
+def launcher_options(rest: list[str]) -> tuple[list[str], list[str]] | None:
+    """(its options, script and arguments) for an argv (after the interpreter) that runs the launcher; the
+    options each run sets afresh (`--no-mark`, `--kernel-origins FILE`) left out."""
+    if not rest or rest[0] != str(LAUNCHER) or "--" not in rest:
+        return None
+    end = rest.index("--")
+    options, i = [], 1
+    while i < end:
+        if rest[i] == "--kernel-origins":
+            i += 2
+            continue
+        if rest[i] != "--no-mark":
+            options.append(rest[i])
+        i += 1
+    return options, rest[end + 1:]
 
 
 def carried_env(env: dict[str, str]) -> dict[str, str]:
@@ -149,7 +169,12 @@ async def collect(
     debug_dir = new_debug_dir(store, case.case_id)
     stamp = debug_dir.name
     run_env = {**target.env, **env_add, **_debug_env(debug_dir, trace)}
-    result: RunResult = await execute(store, case, target.argv, tool=TOOL, cwd=target.cwd, env_add=run_env,
+    origins_file = debug_dir / ORIGINS_NAME
+    argv = target.argv
+    if len(argv) > 1 and not argv[1].startswith("-"):  # a script: the launcher records who generated each line
+        argv = [argv[0], str(LAUNCHER), "--no-mark", *target.launcher, "--kernel-origins", str(origins_file), "--",
+                *argv[1:]]
+    result: RunResult = await execute(store, case, argv, tool=TOOL, cwd=target.cwd, env_add=run_env,
                                       timeout_s=timeout_s, progress=progress,
                                       label=f"{Path(target.script).name} with TORCH_COMPILE_DEBUG")
     outcome = result.outcome
@@ -160,6 +185,12 @@ async def collect(
     walked = walk(debug_dir)
     graphs, summaries = _graphs(walked, debug_dir, stderr, compiles, case.case_id, stamp)
     failed, failure = _located_failure(result, stderr, graphs, debug_dir, case.case_id, stamp, layer)
+    if failure is not None and failure.output_kernels and (origins := load_origins(origins_file)) is not None:
+        for entry in failure.output_kernels:
+            graph = next((g for g in graphs if g.name == entry.graph and g.code is not None), None)
+            kernel = graph.code.kernel_named(entry.name) if graph is not None and graph.code is not None else None
+            if kernel is not None:
+                entry.origins = kernel_origins(kernel.body, origins)
 
     by_kind = Counter(f.kind for f in walked.files)
     if walked.cache_files:
@@ -187,6 +218,9 @@ async def collect(
         "failure_graph": failure.graph if failure else None, "failure_kernel": failure.kernel if failure else None,
     })
     return collected
+
+
+ORIGINS_NAME = "kernel_origins.json"
 
 
 def _debug_env(debug_dir: Path, trace: bool) -> dict[str, str]:

@@ -39,7 +39,9 @@ _ENV_NAME_CHARS = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz01234
 _PROTECTED_ENV = {"LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONHOME"}
 
 ProgressFn = Callable[[str], Awaitable[None]]
-SPECTRUM_PROBE = Path(__file__).resolve().parents[1] / "_probes" / "spectrum.py"
+PROBES = Path(__file__).resolve().parents[1] / "_probes"
+SPECTRUM_PROBE = PROBES / "spectrum.py"
+LAUNCHER = PROBES / "launcher.py"
 CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
 
 

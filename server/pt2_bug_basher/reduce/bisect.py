@@ -35,9 +35,17 @@ from pt2_bug_basher.domain.bisection import Application, BisectReport, BisectTri
 from pt2_bug_basher.domain.errors import BugBasherError
 from pt2_bug_basher.execution.cpus import usable_cpus
 from pt2_bug_basher.execution.runner import run_captured
-from pt2_bug_basher.execution.runs import CACHE_ENV, PROGRESS_INTERVAL_S, ProgressFn, RunResult, execute
+from pt2_bug_basher.execution.runs import (
+    CACHE_ENV,
+    LAUNCHER,
+    PROBES,
+    PROGRESS_INTERVAL_S,
+    ProgressFn,
+    RunResult,
+    execute,
+)
 from pt2_bug_basher.reduce.evaluate import ForkServerEvaluator
-from pt2_bug_basher.reduce.ladder import LAUNCHER, PROBES, Reference, run_timeout
+from pt2_bug_basher.reduce.ladder import Reference, run_timeout
 
 BISECT_PROBE = PROBES / "bisect_probe.py"
 TRACE_MARK = "PT2BB-BISECT:"

@@ -24,9 +24,9 @@ from pt2_bug_basher.case.store import CaseRecord, Store
 from pt2_bug_basher.domain.errors import BugBasherError
 from pt2_bug_basher.execution.cpus import usable_cpus
 from pt2_bug_basher.execution.runner import ProcessOutcome, run_process
-from pt2_bug_basher.execution.runs import BASE_ENV, RunResult, execute
+from pt2_bug_basher.execution.runs import BASE_ENV, LAUNCHER, PROBES, RunResult, execute
 from pt2_bug_basher.execution.warm import code_without_comments
-from pt2_bug_basher.reduce.ladder import LAUNCHER, PROBES, Reference, fake_result
+from pt2_bug_basher.reduce.ladder import Reference, fake_result
 
 FORKSERVER = PROBES / "forkserver.py"
 START_TIMEOUT_S = 120.0

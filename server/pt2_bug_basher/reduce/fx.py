@@ -24,10 +24,10 @@ import anyio
 
 from pt2_bug_basher.analysis.compare import FX_RESULT, describe, run_failure
 from pt2_bug_basher.case.store import CaseRecord, Store
-from pt2_bug_basher.execution.runs import RunResult, execute
+from pt2_bug_basher.execution.runs import LAUNCHER, PROBES, RunResult, execute
 from pt2_bug_basher.execution.warm import WarmRequest
 from pt2_bug_basher.reduce.evaluate import ForkServerEvaluator, case_cuda_available, fork_unsafe
-from pt2_bug_basher.reduce.ladder import LAUNCHER, PROBES, Reference, run_timeout
+from pt2_bug_basher.reduce.ladder import Reference, run_timeout
 
 FX_DRIVER = PROBES / "fx_driver.py"
 _ENV_LINE = re.compile(r"^os\.environ\['([A-Za-z_][A-Za-z0-9_]*)'\] = '([^'\\]*)'$", re.M)

@@ -30,14 +30,19 @@ from pt2_bug_basher.domain.names import Step, ToolName
 from pt2_bug_basher.execution.cpus import usable_cpus
 from pt2_bug_basher.execution.dynamo_guards import dynamo_decisions, wants_guard_run
 from pt2_bug_basher.execution.runner import ProcessOutcome
-from pt2_bug_basher.execution.runs import BASE_ENV, RunResult, execute, private_cache_env, with_spectrum
+from pt2_bug_basher.execution.runs import (
+    BASE_ENV,
+    LAUNCHER,
+    RunResult,
+    execute,
+    private_cache_env,
+    with_spectrum,
+)
 from pt2_bug_basher.execution.warm import WarmRequest
 from pt2_bug_basher.playbooks import EXPORT, reducer_for
 from pt2_bug_basher.reduce import minimal
 from pt2_bug_basher.reduce.variants import VariantOutcome, read_spectrum
 
-PROBES = Path(__file__).resolve().parents[1] / "_probes"
-LAUNCHER = PROBES / "launcher.py"
 LAUNCHER_MARK = "PT2BB-LAUNCHER:"
 
 # --------------------------------------------------------------------------------------------

@@ -19,11 +19,11 @@ from pt2_bug_basher.domain.evidence import ReduceEvidence
 from pt2_bug_basher.domain.names import Step, ToolName
 from pt2_bug_basher.execution.cpus import usable_cpus
 from pt2_bug_basher.execution.repro import COMPILE_OFF_ENV
-from pt2_bug_basher.execution.runs import RunResult, execute
+from pt2_bug_basher.execution.runs import LAUNCHER, RunResult, execute
 from pt2_bug_basher.execution.warm import WarmRequest
 from pt2_bug_basher.playbooks import PLAYBOOKS, reducer_for
 from pt2_bug_basher.reduce import minimal
-from pt2_bug_basher.reduce.ladder import LAUNCHER, Reference, run_timeout
+from pt2_bug_basher.reduce.ladder import Reference, run_timeout
 
 MODES = ("auto", "fx", "source")
 AFTERS = ("aot", "dynamo")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from pt2_bug_basher.analysis.verdict import run_uri
 from pt2_bug_basher.artifacts.accuracy import NAMED_ITEM
-from pt2_bug_basher.artifacts.collect import CollectArtifactsResult, Target, carried_env, collect
+from pt2_bug_basher.artifacts.collect import CollectArtifactsResult, Target, carried_env, collect, launcher_options
 from pt2_bug_basher.artifacts.locate import FailureLocation
 from pt2_bug_basher.case.scripts import copy_note
 from pt2_bug_basher.case.store import CaseRecord
@@ -63,6 +63,11 @@ def resolve_target(
                 f"{' '.join(argv[:3])[:200]}. Pass the run of a repro script, or script=\"<repro.py>\"."
             )
         rest = argv[1:]
+        launched = launcher_options(rest)
+        if launched is not None and launched[1]:  # the launcher ran it: rerun its script, with its options
+            options, rest = launched
+        else:
+            options = []
         if rest[0].startswith("-"):
             # `python -m pytest ...` or similar, recorded by this server: rerun it as it was.
             if args:
@@ -76,7 +81,7 @@ def resolve_target(
             command = [case.python, str(path), *(args if args is not None else rest[1:])]
             shown = str(path)
             cwd = _cwd(state, case, run.cwd, path.parent)
-        return Target(command, cwd, shown, env=carried_env(run.env), source=f"run {run_id}")
+        return Target(command, cwd, shown, env=carried_env(run.env), source=f"run {run_id}", launcher=options)
     records = state.store.evidence(case.case_id, Step.reproduce.value)
     scripted = [p for p in (r.payload(ReproduceEvidence) for r in records) if p.script]
     if not scripted:

@@ -20,6 +20,7 @@ from pt2_bug_basher.domain.errors import InvalidInput
 from pt2_bug_basher.domain.evidence import ClassifyEvidence, EvidenceLineRecord, ReproduceEvidence, Suspect
 from pt2_bug_basher.domain.names import CLOSED, Step, ToolName
 from pt2_bug_basher.execution.environment import interpreter_of_frames
+from pt2_bug_basher.execution.runs import PROBES
 from pt2_bug_basher.execution.state import AppState
 from pt2_bug_basher.playbooks import (
     PLAYBOOKS,
@@ -30,7 +31,6 @@ from pt2_bug_basher.playbooks import (
     layer_of,
     with_files,
 )
-from pt2_bug_basher.reduce.ladder import PROBES
 
 if TYPE_CHECKING:
     from pt2_bug_basher.analysis.classify import Classification

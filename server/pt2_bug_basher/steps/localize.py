@@ -33,7 +33,7 @@ from pt2_bug_basher.domain.evidence import Suspect
 from pt2_bug_basher.domain.names import CLOSED, Step, ToolName
 from pt2_bug_basher.execution.cpus import usable_cpus
 from pt2_bug_basher.execution.gitstate import RecentChange
-from pt2_bug_basher.execution.runs import ProgressFn, ignore_progress
+from pt2_bug_basher.execution.runs import LAUNCHER, ProgressFn, ignore_progress
 from pt2_bug_basher.execution.state import AppState
 from pt2_bug_basher.reduce.bisect import (
     BISECTABLE_BACKENDS,
@@ -44,7 +44,7 @@ from pt2_bug_basher.reduce.bisect import (
     start_trial_server,
 )
 from pt2_bug_basher.reduce.evaluate import ForkServerEvaluator
-from pt2_bug_basher.reduce.ladder import LAUNCHER, LadderRow, LocalizeResult, Reference, load_reference, run_timeout
+from pt2_bug_basher.reduce.ladder import LadderRow, LocalizeResult, Reference, load_reference, run_timeout
 from pt2_bug_basher.reduce.ladder import localize as run_ladder
 from pt2_bug_basher.reduce.origins import NoneReturns, none_returns
 from pt2_bug_basher.reduce.variants import DEFAULT_BUDGET_S as VARIANTS_BUDGET_S
