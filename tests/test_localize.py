@@ -300,3 +300,55 @@ async def test_a_near_miss_the_agent_wrote_names_the_function_no_generated_varia
     pop_line = next(i for i, line in enumerate(dicts.read_text().splitlines(), 1)
                     if "return self.items.pop(Hashable(args[0]))" in line)
     assert any(r["first"] <= pop_line <= r["last"] for r in top["lines"]), top
+
+
+DEGENERATE = '''\
+import torch
+import torch._inductor.config
+
+torch._inductor.config.cpp.inject_relu_bug_TESTING_ONLY = "accuracy"
+calls = [0]
+
+
+def f(x):
+    return torch.relu(x) * 2
+
+
+if __name__ == "__main__":
+    x = torch.linspace(-2, 2, 8)
+    out = torch.compile(f)(x)
+    calls[0] += 1
+    assert calls[0] == 1, "compiled and eager outputs differ"
+    assert torch.allclose(out, f(x)), "compiled and eager outputs differ"
+'''
+
+
+@pytest.mark.slow
+async def test_a_variant_that_breaks_the_program_itself_is_no_evidence(module_config):
+    """Without `calls[0] += 1` the script's own check fails the case's way, compiled or not: that variant is
+    'fails uncompiled too', not a 'same failure' whose run would count among the failing spectra. (A near miss
+    here, which always runs; a removed statement goes through the same check.)"""
+    script = module_config.default_repo / "degenerate_variant.py"
+    script.write_text(DEGENERATE)
+    broken = module_config.default_repo / "degenerate_variant_no_count.py"
+    broken.write_text(DEGENERATE.replace("    calls[0] += 1\n", ""))
+    fine = module_config.default_repo / "degenerate_variant_no_check.py"
+    fine.write_text(DEGENERATE.replace('    assert calls[0] == 1, "compiled and eager outputs differ"\n', ""))
+    async with Client(create_server(module_config)) as client:
+        env = await client.call_tool("check_env", {"python": sys.executable})
+        case_id = env.structured_content["case_id"]
+        run = await client.call_tool("run_with_logs", {"case_id": case_id, "repeat": 2, "script": str(script)})
+        assert run.structured_content["reproduced"], run.structured_content
+        result = await client.call_tool("localize", {"case_id": case_id, "bisect_budget_s": 0,
+                                                     "near_misses": [str(broken), str(fine)]})
+    assert not result.is_error, result.content[0].text
+    outcomes = {v["change"]: v for v in result.structured_content["variants"] if v["kind"] == "near_miss"}
+    assert outcomes[f"`{broken.name}`"]["outcome"] == "fails uncompiled too", outcomes
+    # a removed line the check does not need: still the compiler's failure, compiled only
+    assert outcomes[f"`{fine.name}`"]["outcome"] == "same failure", outcomes
+    # the compile-off run of the broken one is recorded, with compilation off; none for the generated variants
+    # whose edits cannot break the program
+    store = Store(module_config.state_dir)
+    off = [r for r in store.runs(case_id) if r.tool == "localize" and r.env.get("TORCHDYNAMO_DISABLE") == "1"]
+    assert all(("_near_miss-" in r.argv[-1] or "_statement_removed-" in r.argv[-1]) for r in off), [r.argv for r in off]
+    assert any(r.argv[-1].endswith(f"_{outcomes[f'`{broken.name}`']['id']}.py") for r in off), [r.argv for r in off]

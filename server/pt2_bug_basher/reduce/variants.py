@@ -28,7 +28,12 @@ from pt2_bug_basher.execution.runs import ProgressFn, execute, with_spectrum
 from pt2_bug_basher.execution.warm import WarmRequest
 
 VariantKind = Literal["out_of_place", "no_requires_grad", "float64", "statement_removed", "near_miss"]
-Outcome = Literal["same failure", "passes", "different failure", "timeout"]
+# "fails uncompiled too": it fails the case's way with compilation off as well, so its edit broke the program
+# itself (a removed statement its own check needs), not the compiler: no evidence either way
+Outcome = Literal["same failure", "passes", "different failure", "timeout", "fails uncompiled too"]
+UNCOMPILED_ENV = {"TORCHDYNAMO_DISABLE": "1"}
+# the edits that can break the program itself, so a failure the case's way is checked with compilation off too
+CAN_BREAK_THE_PROGRAM: frozenset[VariantKind] = frozenset({"statement_removed", "near_miss"})
 # the order generated variants are tried in (the budget cuts the tail): edits that keep the program's meaning first;
 # the agent's own near misses (`near_miss`) run before them all
 KIND_ORDER: tuple[VariantKind, ...] = ("no_requires_grad", "out_of_place", "float64", "statement_removed")
@@ -284,10 +289,16 @@ async def run_variants(
                                    env_add=ref_env, timeout_s=timeout_s if index < MIN_VARIANTS + len(near_misses) else
                                    min(timeout_s, max(1.0, deadline - time.monotonic())),
                                    progress=progress, warm=WarmRequest(), label=f"localize variant {variant.id}")
-        verdict = run_failure(result)
-        match = same_failure(verdict, ref_failure, RERUN_OR_ACCURACY).level
-        outcome: Outcome = ("timeout" if verdict.timed_out else "same failure" if match else
-                            "different failure" if verdict.failed else "passes")
+            verdict = run_failure(result)
+            match = same_failure(verdict, ref_failure, RERUN_OR_ACCURACY).level
+            outcome: Outcome = ("timeout" if verdict.timed_out else "same failure" if match else
+                                "different failure" if verdict.failed else "passes")
+            if outcome == "same failure" and variant.kind in CAN_BREAK_THE_PROGRAM:  # because of the compiler?
+                plain = await execute(store, case, argv, tool="localize", cwd=script.parent,
+                                      env_add={**ref_env, **UNCOMPILED_ENV}, timeout_s=timeout_s, progress=progress,
+                                      warm=WarmRequest(), label=f"localize variant {variant.id}, compilation off")
+                if same_failure(run_failure(plain), ref_failure, RERUN_OR_ACCURACY).level:
+                    outcome = "fails uncompiled too"
         spectrum = (read_spectrum(out, result.run_id, outcome == "same failure", variant.change)
                     if outcome in ("same failure", "passes") else None)
         done.append(VariantRun(VariantOutcome(id=variant.id, kind=variant.kind, change=variant.change,
