@@ -40,7 +40,9 @@ def register(mcp: MCPServer, state: AppState) -> None:
         summarised (node count, ops with counts, inputs with shapes/dtypes/strides, kernels with the
         FX nodes they compute); for a failure, the graph and kernel it happened in, from the
         traceback's frame in generated code or the compiler's error; for a wrong result, the kernels
-        that write the graph output that differs, with their ops and code. Every file is a resource
+        that write the graph output that differs, with their ops, their code and the code-generation
+        functions that wrote their lines or made the code text in them (recorded during the run, those
+        that compute the stored output first). Every file is a resource
         case://<case_id>/artifacts/<path>, read in pages (?page=N)."""
         return await artifacts.collect_debug_artifacts(state, case_id, script, run_id, args, trace, env, timeout_s,
                                                        progress=progress_reporter(ctx))
