@@ -1249,3 +1249,38 @@ def test_each_frame_kind_places_its_example(row) -> None:
     assert _frame_kind_row(row.example) is row, (row.name, _frame_kind_row(row.example).name)
     assert _frame_kind(row.example) == row.kind
     assert len({r.name for r in FRAME_KINDS}) == len(FRAME_KINDS)
+
+
+VERBOSE_METRICS_AFTER_A_USER_ASSERTION = """\
+Traceback (most recent call last):
+  File "/tmp/u/repro.py", line 15, in <module>
+    assert state["count"] == 1, f"count was not updated: {state}"
+AssertionError: count was not updated: {'count': 0, 'last': None}
+I1207 06:51:07.220000 9032 torch/_dynamo/utils.py:925] TorchDynamo compilation metrics:
+I1207 06:51:07.220000 9032 torch/_dynamo/utils.py:925] Function, Runtimes (s)
+I1207 06:51:07.220000 9032 torch/_dynamo/utils.py:925] _compile.compile_inner, 0.0874
+I1207 06:51:07.220000 9032 torch/_dynamo/utils.py:925] OutputGraph.call_user_compiler, 0.0013
+V1207 06:51:07.220000 9032 torch/fx/experimental/symbolic_shapes.py:241] lru_cache_stats size_hint: CacheInfo(hits=0)
+"""
+
+
+def test_the_compilation_metrics_logged_at_exit_are_neither_the_message_nor_a_backend_failure():
+    """TORCHDYNAMO_VERBOSE (TORCH_LOGS=+dynamo) prints Dynamo's timing table at exit, after the traceback: its
+    `OutputGraph.call_user_compiler, 0.0013` row is a timing, and its log records are not the message."""
+    result = classify(VERBOSE_METRICS_AFTER_A_USER_ASSERTION)
+    assert result.failure is not None
+    assert result.failure.message == "count was not updated: {'count': 0, 'last': None}"
+    assert result.category != "backend_compiler_failed" and result.phase != "backend_compile", result
+    assert not [e for e in result.evidence if e.rule == "call_user_compiler"]
+    # a traceback that was itself logged keeps its prefixed message lines
+    logged = "".join(f"E1207 06:51:07.220000 9032 torch/_dynamo/x.py:1] {line}\n"
+                     for line in ["Traceback (most recent call last):", '  File "/tmp/u/r.py", line 3, in f',
+                                  "    g()", "RuntimeError: first line", "second line"])
+    assert classify(logged).failure.message == "first line\nsecond line"
+    # the rule still reads a frame that calls the backend
+    from pt2_bug_basher.analysis.classify import RULES
+
+    rule = next(r for r in RULES if r.name == "call_user_compiler")
+    assert rule.pattern is not None
+    assert rule.pattern.search('  File "/site/torch/_dynamo/output_graph.py", line 3119, in call_user_compiler')
+    assert not rule.pattern.search("OutputGraph.call_user_compiler, 0.0013")

@@ -149,7 +149,8 @@ RULES: tuple[Rule, ...] = (
     _r("lowering_exception", "backend_compiler_failed", 2.5, "LoweringException"),
     _r("cpp_compile_error", "backend_compiler_failed", 2.5, ("CppCompileError", "C++ compile error")),
     _r("cuda_compile_error", "backend_compiler_failed", 2.5, ("CUDACompileError", "InvalidCxxCompiler")),
-    _r("call_user_compiler", "backend_compiler_failed", 1.0, "call_user_compiler"),
+    # not a row of TORCHDYNAMO_VERBOSE's compilation metrics (`OutputGraph.call_user_compiler, 0.0013`)
+    _r("call_user_compiler", "backend_compiler_failed", 1.0, "call_user_compiler", r"call_user_compiler(?!, \d)"),
     _r("generated_cpp_diagnostic", "backend_compiler_failed", 2.5, "torchinductor_",
        r"torchinductor_\S*\.(?:cpp|h|cu|c|cc|hpp)(?::\d+)+: (?:fatal )?(?:error|note|warning)\b"),
     # recompiles

@@ -388,6 +388,7 @@ class _BlockState:
     msg_len: int = 0
     in_message: bool = False
     blank_run: int = 0
+    logged: bool | None = None  # whether the block's own lines carry a log prefix (a traceback that was logged)
 
 
 # what a line tells _parse_block: read the next one, stop, or stop before the line (a new excerpt starts there)
@@ -404,7 +405,8 @@ def _parse_block(text: str, start: int, start_line_no: int, stop: int, *, jupyte
     st = _BlockState(_Block(), _Lines(text, start, start_line_no), first_line_is_header, jupyter_type)
     lines = st.lines
     if first_line_is_header:
-        lines.next()
+        header = lines.next()
+        st.logged = header is not None and strip_prefix(header[1]) != header[1]
     count = 0
     while lines.pos < stop and count < _MAX_BLOCK_LINES:
         line_pos, line_no0 = lines.pos, lines.line_no
@@ -414,7 +416,14 @@ def _parse_block(text: str, start: int, start_line_no: int, stop: int, *, jupyte
         count += 1
         no, raw = item
         s = strip_prefix(raw if len(raw) <= 4000 else raw[:4000])
-        if st.in_message:
+        if st.logged is None and s.strip():
+            st.logged = s != raw[:4000]
+        if st.in_message and st.msg_lines and not st.logged and s != raw[:4000]:
+            # a log record after an unlogged traceback's message (TORCHDYNAMO_VERBOSE's compilation metrics,
+            # printed at exit) is not part of the message
+            st.in_message = False
+            outcome = _after_message_line(st, s)
+        elif st.in_message:
             outcome = _message_line(st, s)
         elif st.exc is not None:
             outcome = _after_message_line(st, s)
