@@ -235,6 +235,10 @@ async def test_a_script_that_reaches_the_compiler_only_through_export_is_put_in_
         case_id = await reproduced(client, module_config, script.name)
         data = (await client.call_tool("localize", {"case_id": case_id, "bisect_budget_s": 0,
                                                     "variants_budget_s": 0})).structured_content
+        # good_ref where the case's repository is no git checkout: refused before anything runs, saying why
+        bad = await client.call_tool("localize", {"case_id": case_id, "good_ref": "no-such-ref"})
+    assert bad.is_error and "good_ref names a commit of the case's repository" in bad.content[0].text, bad.content
+    assert "is not inside a git repository" in bad.content[0].text
     assert set(rows(data).values()) == {"not compiled"}, data["table"]
     assert data["first_failing"] is None and data["layer"] == "export", data["meaning"]
     assert 'mode="source"' in data["minifier"] and "torch.export" in data["meaning"]

@@ -369,3 +369,42 @@ def test_with_no_passing_run_only_the_users_own_changes_that_ran_are_named(tmp_p
     assert change is not None and change.commits_before_head == -1
     [sentence] = [change_sentence(c) for c in recent_changes(tmp_path, [(file, found.line, found.function)])]
     assert "uncommitted edits" in sentence and f"git diff -- {file}" in sentence, sentence
+
+
+def test_a_pushed_change_since_the_commit_where_the_repro_passed_is_named_without_a_passing_run(tmp_path: Path):
+    """The agent says it worked before a pull (good_ref): the lines changed since then that a failing run ran
+    are suspects although the commit is pushed and no run passed, and those that no failing run ran are not."""
+    from pt2_bug_basher.domain.errors import InvalidInput
+    from pt2_bug_basher.execution.gitstate import good_commit
+    from pt2_bug_basher.steps.localize import Since, changed_functions_ran, recent_changes
+
+    repo, _path = _unlift_changed_by_a_commit(tmp_path)
+    repo.git.update_ref("refs/remotes/origin/main", "HEAD")  # upstream history
+    file = "torch/export/unlift.py"
+    failing = [Spectrum(f"run-{i}", True, {file: frozenset({1, 2, 3, 4, 6, 7, 8, 9, 13})}, root=str(tmp_path))
+               for i in range(2)]
+    assert changed_functions_ran(tmp_path, failing) == []  # pushed, and nothing passed: no evidence
+    first = repo.git.rev_list("--max-parents=0", "HEAD").strip()
+    for ref in ("HEAD~1", first, first[:10]):
+        commit, ahead = good_commit(tmp_path, ref)
+        assert (commit, ahead) == (first, 1)
+        [found] = changed_functions_ran(tmp_path, failing, Since(ref, commit, ahead))
+        assert (found.file, found.function, found.line) == (file, "copy_back", 6)  # its first changed line
+        assert f"changed since good_ref {ref}, where the repro passed" in found.why, found.why
+    [change] = recent_changes(tmp_path, [(found.file, found.line, found.function)], within=2)
+    assert change.change.subject == "skip the copy-back for same-shaped outputs"
+    # changed lines no failing run ran say nothing
+    elsewhere = [Spectrum(s.run_id, True, {file: frozenset({1, 2, 3})}, root=str(tmp_path)) for s in failing]
+    assert changed_functions_ran(tmp_path, elsewhere, Since("HEAD~1", first, 1)) == []
+    # HEAD itself: nothing changed since
+    head = repo.head.commit.hexsha
+    assert changed_functions_ran(tmp_path, failing, Since("HEAD", head, 0)) == []
+    # refs that name no ancestor of HEAD, or are not refs, are the agent's to fix
+    repo.git.checkout("-q", "-b", "side", first)
+    (tmp_path / "other.py").write_text("x = 1\n")
+    repo.index.add([str(tmp_path / "other.py")])
+    side = repo.index.commit("a side branch").hexsha
+    repo.git.checkout("-q", "-")
+    for bad in ("no-such-ref", side, "-p", "HEAD\nx", "HEAD~9"):
+        with pytest.raises(InvalidInput, match="good_ref"):
+            good_commit(tmp_path, bad)

@@ -188,6 +188,41 @@ def unpushed_changed_lines(repo_dir: Path, files: list[str], within: int = RECEN
     return _changed_lines(repo_dir, files, within, unpushed=True)
 
 
+def good_commit(repo_dir: Path, ref: str) -> tuple[str, int]:
+    """The commit `ref` names (a branch, tag, hash, `HEAD~3`, `ORIG_HEAD`) and how many commits HEAD has that
+    it lacks; InvalidInput when it names none, or is not an ancestor of HEAD."""
+    import git
+
+    if not ref or ref.startswith("-") or len(ref) > 200 or any(c.isspace() or ord(c) < 32 for c in ref):
+        raise InvalidInput(f"good_ref {ref[:80]!r} is not a ref: pass a branch, tag or commit where the repro "
+                           "passed, e.g. good_ref=\"ORIG_HEAD\" after a pull, or a commit hash.")
+    try:
+        repo = open_repo(repo_dir)
+    except InvalidInput as exc:
+        raise InvalidInput(f"good_ref names a commit of the case's repository, and {exc}: leave good_ref out, or "
+                           "start the case in the torch checkout the repro imports.") from None
+    try:
+        sha = repo.git.rev_parse("--verify", "--quiet", f"{ref}^{{commit}}", kill_after_timeout=BLAME_TIMEOUT_S)
+        ahead = int(repo.git.rev_list("--count", f"{sha}..HEAD", kill_after_timeout=BLAME_TIMEOUT_S))
+        repo.git.merge_base("--is-ancestor", sha, "HEAD", kill_after_timeout=BLAME_TIMEOUT_S)
+    except (git.GitCommandError, ValueError):
+        raise InvalidInput(f"good_ref {ref!r} names no commit of {repo_dir} that HEAD descends from: pass one from "
+                           "`git log` there (where the repro passed), or leave good_ref out.") from None
+    return sha.strip(), ahead
+
+
+def changed_lines_since(repo_dir: Path, base: str, files: list[str]) -> dict[str, set[int]]:
+    """As recently_changed_lines, for every change between commit `base` and the working tree."""
+    import git
+
+    if not files:
+        return {}
+    try:
+        return _diff_lines(open_repo(repo_dir), base, files)
+    except (InvalidInput, git.GitCommandError):
+        return {}
+
+
 def _changed_lines(repo_dir: Path, files: list[str], within: int, unpushed: bool) -> dict[str, set[int]]:
     import git
 
@@ -204,10 +239,14 @@ def _changed_lines(repo_dir: Path, files: list[str], within: int, unpushed: bool
             base = "HEAD"  # every commit is on a remote branch: the uncommitted edits alone
         else:  # the parent of the oldest unpushed commit; a root commit (the whole tree) counts as old
             base = f"{revs[-1]}^" if len(revs) <= within and repo.commit(revs[-1]).parents else revs[-1]
-        text = repo.git.diff("-U0", "--no-color", "--no-ext-diff", "--no-renames", base, "--", *files,
-                             kill_after_timeout=BLAME_TIMEOUT_S)
+        return _diff_lines(repo, base, files)
     except (InvalidInput, git.GitCommandError, IndexError, ValueError):
         return {}
+
+
+def _diff_lines(repo, base: str, files: list[str]) -> dict[str, set[int]]:
+    text = repo.git.diff("-U0", "--no-color", "--no-ext-diff", "--no-renames", base, "--", *files,
+                         kill_after_timeout=BLAME_TIMEOUT_S)
     out: dict[str, set[int]] = {}
     current: str | None = None
     for line in text.splitlines():

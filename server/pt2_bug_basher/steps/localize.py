@@ -32,7 +32,15 @@ from pt2_bug_basher.domain.bisection import BisectReport
 from pt2_bug_basher.domain.evidence import Suspect
 from pt2_bug_basher.domain.names import CLOSED, Step, ToolName
 from pt2_bug_basher.execution.cpus import usable_cpus
-from pt2_bug_basher.execution.gitstate import RecentChange
+from pt2_bug_basher.execution.gitstate import (
+    RECENT_COMMITS,
+    RecentChange,
+    changed_lines_since,
+    good_commit,
+    recent_change,
+    recently_changed_lines,
+    unpushed_changed_lines,
+)
 from pt2_bug_basher.execution.runs import LAUNCHER, ProgressFn, ignore_progress
 from pt2_bug_basher.execution.state import AppState
 from pt2_bug_basher.reduce.bisect import (
@@ -55,7 +63,9 @@ NO_PASSING_RUN = ("Every run localize made failed the case's way (rungs and vari
                   "no passing run to contrast and rank no function by themselves. A near miss does: copy the repro, "
                   "change one thing so that it passes (the same operation written another way, an input that is "
                   "not mutated, one statement less) and pass the copies to localize as near_misses; their coverage "
-                  "then splits the lines every failing run ran.")
+                  "then splits the lines every failing run ran. If the repro passed at an earlier commit (it "
+                  "broke with a pull or a rebase), pass that commit as good_ref: every line changed since then "
+                  "that a failing run ran becomes a suspect.")
 VARIANTS_SHARE = 0.5
 VARIANTS_FLOOR_S = 2.0
 
@@ -63,14 +73,16 @@ VARIANTS_FLOOR_S = 2.0
 async def localize(
     state: AppState, case_id: str, script: str | None = None, *, bisect_budget_s: float = DEFAULT_BUDGET_S,
     progress: ProgressFn | None = None, variants_budget_s: float = VARIANTS_BUDGET_S,
-    near_misses: Sequence[str] = (),
+    near_misses: Sequence[str] = (), good_ref: str | None = None,
 ) -> LocalizeResult:
     """Rerun the repro (default: the reproduction's script) at each rung of the backend ladder; below a
     failing AOTAutograd-decomposition or Inductor backend, bisect its subsystems (budget 0: skip). Where no
     bisection isolates a culprit, near-miss variants of the repro run at the failing backend (budget 0: none);
-    the spectra of every rung and variant rank torch's functions, merged with the other evidence."""
+    the spectra of every rung and variant rank torch's functions, merged with the other evidence. `good_ref`:
+    a commit where the repro passed; the lines changed since then that failing runs ran are suspects."""
     flow = await state.gate(ToolName.localize, case_id)
     case = flow.case
+    good = (await anyio.to_thread.run_sync(good_commit, Path(case.repo), good_ref)) if good_ref else None
     ref = load_reference(state.store, case)
     chosen = state.case_script(case, script or str(ref.script))
     misses = [state.case_script(case, p, "near-miss script").path for p in near_misses]
@@ -79,7 +91,7 @@ async def localize(
     result = await run.ladder()
     _gather(result, run)
     await _rank(result, run.spectra)
-    changes = await _recent(result, Path(case.repo), run.spectra)
+    changes = await _recent(result, Path(case.repo), run.spectra, good and Since(good_ref or "", *good))
     _explain(result, changes)
     if note := copy_note(chosen):
         result.notes.append(note)
@@ -246,16 +258,23 @@ async def _rank(result: LocalizeResult, spectra: list[Spectrum]) -> None:
         result.notes.append(NO_PASSING_RUN)
 
 
-async def _recent(result: LocalizeResult, repo: Path, spectra: list[Spectrum]) -> list[FunctionChange]:
+async def _recent(result: LocalizeResult, repo: Path, spectra: list[Spectrum],
+                  since: Since | None = None) -> list[FunctionChange]:
     """The suspects (and code generation, and recently changed lines the failing runs ran) that recent commits
-    changed, moved first; the changes, most recent first."""
+    changed, moved first; the changes, most recent first. `since`: the commit where the repro passed, whose
+    changes since count whatever the passing runs ran."""
     places = [(s.file, s.line, s.function) for s in result.suspects[:MAX_BLAMED] if s.line]
     if result.bisection is not None:
         places += [(c.file, c.line, c.function) for c in result.bisection.codegen[:MAX_BLAMED_CODEGEN] if c.line]
-    ran = await anyio.to_thread.run_sync(changed_functions_ran, repo, spectra)
+    ran = await anyio.to_thread.run_sync(changed_functions_ran, repo, spectra, since)
     places += [(r.file, r.line, r.function) for r in ran]
+    within = max(RECENT_COMMITS, since.ahead + 1) if since is not None else RECENT_COMMITS
     changes = await anyio.to_thread.run_sync(recent_changes, repo, places,
-                                             {(r.file, r.function): r.why for r in ran})
+                                             {(r.file, r.function): r.why for r in ran}, within)
+    if since is not None and not ran:
+        result.notes.append(f"No line changed since good_ref {since.ref} ({since.commit[:12]}, {since.ahead} "
+                            "commit(s) before HEAD) ran in a failing run: the regression is not in torch's "
+                            "compiler sources of that range, or the repro did not pass there.")
     result.suspects = changed_first(result.suspects, changes)
     return changes
 
@@ -347,19 +366,29 @@ class ChangedRan:
     why: str
 
 
-def changed_functions_ran(repo: Path, spectra: list[Spectrum]) -> list[ChangedRan]:
+@dataclass(frozen=True)
+class Since:
+    """The commit the agent says the repro passed at (good_ref), and how many commits HEAD has that it lacks."""
+
+    ref: str
+    commit: str
+    ahead: int
+
+
+def changed_functions_ran(repo: Path, spectra: list[Spectrum], since: Since | None = None) -> list[ChangedRan]:
     """The functions of the repository whose lines changed in the last commits (or uncommitted) ran in the
     failing runs and not in every passing one: the spectra and the history pointing at the same lines. The
     user's own changes (commits no remote branch holds, and uncommitted edits) count whenever a failing run
     ran them, passing runs or not. Only where torch is imported from the repository itself."""
-    from pt2_bug_basher.execution.gitstate import recently_changed_lines, unpushed_changed_lines
-
     inside = {s.root for s in spectra if s.root and Path(s.root).resolve() == repo.resolve()}
     mine = [s for s in spectra if s.root in inside]
     files = sorted({file for s in mine if s.failed for file in s.lines})
     if not files:
         return []
     own = unpushed_changed_lines(repo, files)
+    if since is not None:  # the range where the repro began to fail: every changed line a failing run ran counts
+        for file, changed in changed_lines_since(repo, since.commit, files).items():
+            own.setdefault(file, set()).update(changed)
     hits = changed_lines_ran(mine, own, SPECTRUM_FORMULA, own=True)
     hits += [h for h in changed_lines_ran(mine, recently_changed_lines(repo, files), SPECTRUM_FORMULA)
              if h.line not in own.get(h.file, ())]
@@ -386,18 +415,20 @@ def changed_functions_ran(repo: Path, spectra: list[Spectrum]) -> list[ChangedRa
         ran = (f"ran in {top.failed_runs}/{failing} failing runs and no run passed" if not passing else
                f"ran in {top.failed_runs}/{failing} failing and {top.passed_runs}/{passing} passing runs "
                f"({SPECTRUM_FORMULA} {top.score:.2f})")
-        whose = ("; the change is yours (no remote branch holds it), so it counts whatever the passing runs ran"
-                 if top.line in own.get(file, ()) else "")
+        whose = ("" if top.line not in own.get(file, ()) else
+                 f"; changed since good_ref {since.ref}, where the repro passed, so it counts whatever the passing "
+                 "runs ran" if since is not None else
+                 "; the change is yours (no remote branch holds it), so it counts whatever the passing runs ran")
         out.append(ChangedRan(file, top.line, function, f"changed lines {numbers} {ran}{whose}"))
     return out
 
 
 def recent_changes(repo: Path, places: list[tuple[str, int, str]],
-                   reached: dict[tuple[str, str], str] | None = None) -> list[FunctionChange]:
+                   reached: dict[tuple[str, str], str] | None = None,
+                   within: int = RECENT_COMMITS) -> list[FunctionChange]:
     """The suspect functions that one of the last commits of HEAD changed (a regression's likeliest cause),
     most recently changed first. Functions outside the repository, or changed long ago, are left out."""
     from pt2_bug_basher.analysis.suspects import enclosing_function, function_spans
-    from pt2_bug_basher.execution.gitstate import recent_change
 
     spans: dict[str, list[tuple[int, int]]] = {}  # each file read and parsed once
     functions: dict[tuple[str, int, int], str] = {}
@@ -409,7 +440,8 @@ def recent_changes(repo: Path, places: list[tuple[str, int, str]],
             first, last = enclosing_function(spans[file], line)
             functions.setdefault((file, first, last), function)
     with ThreadPoolExecutor(max_workers=4) as pool:
-        found = list(pool.map(lambda place: recent_change(repo, *place), functions))
+        found = list(pool.map(lambda place: recent_change(repo, place[0], place[1], place[2], within=within),
+                              functions))
     how = reached or {}
     changes = [FunctionChange(file, first, last, function, change, how.get((file, function)))
                for ((file, first, last), function), change in zip(functions.items(), found, strict=True) if change]
@@ -417,8 +449,6 @@ def recent_changes(repo: Path, places: list[tuple[str, int, str]],
 
 
 def change_sentence(c: FunctionChange) -> str:
-    from pt2_bug_basher.execution.gitstate import RECENT_COMMITS
-
     return (f"{c.function} ({c.file}:{c.first}-{c.last}) was changed by {c.by()} ({c.change.date}, {c.when()}, "
             f"within the last {RECENT_COMMITS}): read that change first ({c.read()}).")
 

@@ -18,6 +18,9 @@ from pt2_bug_basher.steps import localize as localize_step
 NearMisses = Annotated[list[str] | None, Field(max_length=6, description=(
     "copies of the repro you changed in one way so that they pass (or fail differently): each runs at the failing "
     "backend under coverage, and what its run did not execute splits the lines every failing run ran"))]
+GoodRef = Annotated[str | None, Field(max_length=200, description=(
+    "a commit of the case's repository where the repro passed (it worked before a pull: ORIG_HEAD, a hash, a tag, "
+    "HEAD~3): every line changed since then that a failing run ran is a suspect, passing runs or not"))]
 BisectBudget = Annotated[float, Field(ge=0, le=7200, description="seconds for the bisection below the backend; "
                                                                  "0 skips it (the ladder alone)")]
 
@@ -28,7 +31,7 @@ def register(mcp: MCPServer, state: AppState) -> None:
     @tool_errors
     async def localize(ctx: Context, case_id: CaseId, script: DefaultRepro = None,
                        bisect_budget_s: BisectBudget = DEFAULT_BUDGET_S,
-                       near_misses: NearMisses = None) -> LocalizeResult:
+                       near_misses: NearMisses = None, good_ref: GoodRef = None) -> LocalizeResult:
         """Rerun the repro with torch.compile's backend swapped (eager, aot_eager,
         aot_eager_decomp_partition, inductor) and, at the lowest failing backend, with dynamic=False
         and dynamic=True, without editing the script. Below a failing decomposition or Inductor
@@ -43,6 +46,8 @@ def register(mcp: MCPServer, state: AppState) -> None:
         guard summary, suspects as file:line in torch's source (most likely first; for a lowering,
         also the code generation that ran only when that op was lowered), how failures were
         compared, and the minify call that fits. near_misses: your own passing copies of the repro,
-        contrasted with the failing runs."""
+        contrasted with the failing runs. good_ref: where the repro passed before (a regression): the
+        lines changed since then that failing runs ran become suspects even when no run passes here."""
         return await localize_step.localize(state, case_id, script, bisect_budget_s=bisect_budget_s,
-                                            progress=progress_reporter(ctx), near_misses=near_misses or ())
+                                            progress=progress_reporter(ctx), near_misses=near_misses or (),
+                                            good_ref=good_ref)
