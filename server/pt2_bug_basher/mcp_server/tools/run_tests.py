@@ -42,9 +42,10 @@ def register(mcp: MCPServer, state: AppState) -> None:
         sharing keywords with the functions your diff changes) as node ids that run as given, and
         runs them too on where="repo" unless run_nearby=false. On where="repo", verification
         completes when the registered test and the chosen nearby tests pass on the current state of
-        the code; any later edit makes it stale. The regression sweep (sweep=true) compiles the OpInfo
-        samples of the case's ops (and Dynamo/AOTAutograd pattern programs) against eager on your tree
-        and on main: samples that newly fail block verification; newly passing and pre-existing
-        failures are listed."""
+        the code; any later edit makes it stale. The regression sweep compiles the OpInfo samples of
+        the case's ops (and Dynamo/AOTAutograd pattern programs) against eager on your tree and on
+        main: samples that newly fail block verification; newly passing and pre-existing failures are
+        listed. It runs by default on where="repo" when few nearby tests exist (sweep=false skips it,
+        sweep=true asks for it anywhere)."""
         return await verify.run_tests(state, case_id, tests, k, where, timeout_s, run_nearby, sweep,
                                       progress=progress_reporter(ctx))
