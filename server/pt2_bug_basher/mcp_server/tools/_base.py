@@ -62,3 +62,13 @@ def progress_reporter(ctx: Context) -> ProgressFn:
             await ctx.report_progress(count, None, message)
 
     return report
+
+# localize's: the agent's near misses, and the commit where the repro passed
+NearMisses = Annotated[list[str] | None, Field(max_length=6, description=(
+    "copies of the repro you changed in one way so that they pass (or fail differently): each runs at the failing "
+    "backend under coverage, and what its run did not execute splits the lines every failing run ran"))]
+GoodRef = Annotated[str | None, Field(max_length=200, description=(
+    "a commit of the case's repository where the repro passed (it worked before a pull: ORIG_HEAD, a hash, a tag, "
+    "HEAD~3): every line changed since then that a failing run ran is a suspect, passing runs or not"))]
+BisectBudget = Annotated[float, Field(ge=0, le=7200, description="seconds for the bisection below the backend; "
+                                                                 "0 skips it (the ladder alone)")]

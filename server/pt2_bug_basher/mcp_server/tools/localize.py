@@ -2,27 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
-from pydantic import Field
 
 from pt2_bug_basher.domain.names import ToolName
 from pt2_bug_basher.execution.state import AppState
-from pt2_bug_basher.mcp_server.tools._base import RUNS_CODE, CaseId, DefaultRepro, progress_reporter, tool_errors
+from pt2_bug_basher.mcp_server.tools._base import (
+    RUNS_CODE,
+    BisectBudget,
+    CaseId,
+    DefaultRepro,
+    GoodRef,
+    NearMisses,
+    progress_reporter,
+    tool_errors,
+)
 from pt2_bug_basher.reduce.bisect import DEFAULT_BUDGET_S
 from pt2_bug_basher.reduce.ladder import LocalizeResult
 from pt2_bug_basher.steps import localize as localize_step
-
-NearMisses = Annotated[list[str] | None, Field(max_length=6, description=(
-    "copies of the repro you changed in one way so that they pass (or fail differently): each runs at the failing "
-    "backend under coverage, and what its run did not execute splits the lines every failing run ran"))]
-GoodRef = Annotated[str | None, Field(max_length=200, description=(
-    "a commit of the case's repository where the repro passed (it worked before a pull: ORIG_HEAD, a hash, a tag, "
-    "HEAD~3): every line changed since then that a failing run ran is a suspect, passing runs or not"))]
-BisectBudget = Annotated[float, Field(ge=0, le=7200, description="seconds for the bisection below the backend; "
-                                                                 "0 skips it (the ladder alone)")]
 
 
 def register(mcp: MCPServer, state: AppState) -> None:

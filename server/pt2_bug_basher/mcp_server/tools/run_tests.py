@@ -45,7 +45,6 @@ def register(mcp: MCPServer, state: AppState) -> None:
         the code; any later edit makes it stale. The regression sweep compiles the OpInfo samples of
         the case's ops (and Dynamo/AOTAutograd pattern programs) against eager on your tree and on
         main: samples that newly fail block verification; newly passing and pre-existing failures are
-        listed. It runs by default on where="repo" when few nearby tests exist (sweep=false skips it,
-        sweep=true asks for it anywhere)."""
+        listed. Default: on where="repo" when few nearby tests exist (sweep=true: anywhere)."""
         return await verify.run_tests(state, case_id, tests, k, where, timeout_s, run_nearby, sweep,
                                       progress=progress_reporter(ctx))
