@@ -111,7 +111,7 @@ async def test_a_repro_outside_the_repository_runs_from_the_cases_copy_that_late
         await ok(mini, "waive_step", case_id=case_id, step=step, reason="this test is about the copied repro")
     collected = await ok(mini, "collect_debug_artifacts", case_id=case_id)
     assert collected["script"] == str(copy)
-    assert mini.store.get_run(collected["run_id"], case_id).argv[1] == str(copy)
+    assert mini.store.get_run(collected["run_id"], case_id).argv[-1] == str(copy)
 
 
 async def test_a_script_outside_is_copied_only_when_it_is_a_plain_python_file(mini: Mini, elsewhere: Path):
