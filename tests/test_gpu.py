@@ -138,6 +138,24 @@ async def test_artifacts_list_triton_kernels_and_name_the_failing_one(gpu_config
     assert data["failure"] is not None and data["failure"]["kernel"] in kernels, data["failure"]
 
 
+async def test_a_wrong_triton_result_names_its_kernel_and_the_override_that_made_the_bad_line(gpu_config, gpu_case):
+    for step in ("test", "main_check"):
+        await call(gpu_config, "waive_step", case_id=gpu_case, step=step,
+                   reason="GPU artifact test: no unit test for the injected bug")
+    data = await call(gpu_config, "collect_debug_artifacts", case_id=gpu_case,
+                      script=script(gpu_config, "triton_accuracy.py"))
+    failure = data["failure"]
+    assert failure is not None and failure["accuracy"], failure
+    [kernel] = failure["output_kernels"]
+    assert kernel["kind"].startswith("triton") and kernel["name"].startswith("triton_"), kernel
+    # TritonOverrides.relu returned `x + 1` (the injected bug): it is named with the kernel line that holds it.
+    relu = [o for o in kernel["origins"] if o["function"].endswith("Overrides.relu")]
+    assert relu and all(o["file"] == "torch/_inductor/codegen/triton.py" and o["made"] >= 1 for o in relu), \
+        kernel["origins"]
+    assert all("+ 1" in o["first"] for o in relu), relu
+    assert any(o["wrote"] and "tl.store(" in o["first"] for o in kernel["origins"]), kernel["origins"]
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(570)
 async def test_fx_minifier_on_the_triton_failure(gpu_config, gpu_case):
