@@ -16,6 +16,7 @@ from conftest_checkout import VALID_TEST_FILE, Mini, call, seed_test
 from mcp import Client
 
 from pt2_bug_basher.domain.evidence import (
+    ArtifactsEvidence,
     LadderRowRecord,
     LocalizeRecord,
     MainCheckEvidence,
@@ -251,6 +252,22 @@ async def test_get_workflow_prints_no_none_and_the_logs_step_follows_the_layer(m
     seed_accuracy(mini, other, layer="Dynamo")
     steps = {s["step"]: s for s in (await ok(mini, "get_workflow", case_id=other))["case"]["steps"]}
     assert parse_call(steps["logs"]["tool_call"]).arguments["logs"] == "dynamo_internal"
+
+
+async def test_a_done_steps_call_names_the_script_it_ran_on_not_the_repro(mini: Mini):
+    """Seen by an agent: step 8 ran on the minified script, and the workflow recorded it as run on repro.py."""
+    case_id = mini.new_case()
+    seed_accuracy(mini, case_id)
+    minified = mini.repo / "repro min's.py"
+    minified.write_text("raise AssertionError('Tensor-likes are not close!')\n")
+    mini.store.add_evidence(case_id, "artifacts", True, "collected (seeded)",
+                            data=ArtifactsEvidence(script=str(minified), graphs=1))
+    steps = {s["step"]: s for s in (await ok(mini, "get_workflow", case_id=case_id))["case"]["steps"]}
+    assert steps["artifacts"]["status"] == "done"
+    done = parse_call(steps["artifacts"]["tool_call"])
+    assert done.tool == "collect_debug_artifacts" and done.arguments == {"case_id": case_id, "script": str(minified)}
+    # a pending step still proposes the case's repro
+    assert parse_call(steps["logs"]["tool_call"]).arguments["script"] == str(mini.repo / "repro.py")
 
 
 async def test_step_8_of_a_dynamo_case_offers_its_waiver(mini: Mini):

@@ -316,6 +316,11 @@ class Workflow:
             good = None  # a later failure on this same code revokes the earlier pass (a flaky test)
         if good is not None:
             status.evidence, status.run_id = good.summary, good.run_id
+            ran = getattr(good.data, "script", None)
+            if ran and spec.tool is not None and ("script", REPRO) in spec.arguments:
+                # the call as it completed the step: on the script it ran (a minified copy, say)
+                status.tool_call = format_call(
+                    spec.tool, **{**self._filled(spec.call_arguments(self.case.case_id)), "script": ran})
             if spec.current_tree and good.tree_hash != self.tree_hash:
                 status.status = "stale"
                 status.evidence = f"{good.summary} (on an earlier state of the code; the tree changed since)"
