@@ -114,6 +114,10 @@ async def test_celebrate_summary_is_paste_ready_and_fits_a_cpu_dynamo_case(mini:
     summary = data["summary"]
     for name in ("TestOps::test_double_large", "TestOps::test_double_twenty"):
         assert f"- Added `test/test_ops.py::{name}`" in summary
+    # The second test was added, not registered: no run showed it failing before the fix, and the summary says so.
+    assert data["tests_unregistered"] == [both[1]]
+    assert f"- Added `{both[1]}`; not registered, so no run showed it failing before the fix" in summary
+    assert f"- Added `{both[0]}`; before the fix it failed with" in summary
     # The failure: one clean line of whole sentences; PyTorch's hint complete, on its own line.
     assert data["failed_before"] == "ValueError: " + LONG_MESSAGE
     assert data["rerun_command"] == RERUN and f"run it alone: `{RERUN}`" in summary

@@ -58,6 +58,9 @@ class CelebrateResult(BaseModel):
     test_added: str = Field(description="the registered test: it failed before the fix, on your tree and on main")
     tests_added: list[str] = Field(default_factory=list, description="every test the case registered or the "
                                                                      "change adds, the registered one first")
+    tests_unregistered: list[str] = Field(default_factory=list, description="tests the change adds that the case "
+                                          "never registered: no run the server made showed them failing before "
+                                          "the fix")
     failed_before: str = Field(description="how the registered test failed before the fix (the exception's first "
                                            "line)")
     rerun_command: str | None = Field(None, description="PyTorch's command to run the registered test alone")
@@ -114,11 +117,13 @@ async def celebrate(state: AppState, case_id: str, root_cause: str, fix_summary:
         # A test registered earlier counts while the change still adds it.
         if record.ok and (not review_data.tests_added or name in review_data.tests_added):
             added.append(name)
+    seen_failing = set(added)
     added += review_data.tests_added
     line = _next_celebration(state, case_facts(flow, review_data))
     result = CelebrateResult(
         case_id=case_id, root_cause=root_cause, fix_summary=fix_summary, diff_stat=stats,
         lines_changed=review_data.lines_changed, test_added=registered, tests_added=list(dict.fromkeys(added)),
+        tests_unregistered=[t for t in dict.fromkeys(review_data.tests_added) if t not in seen_failing],
         failed_before=failure.headline if failure else "the test step was waived",
         rerun_command=(failure.rerun if failure else None) or _rerun(test_data), tests_verified=tests,
         sweep=verify_data.sweep.line() if verify_data.sweep else None,
@@ -229,6 +234,8 @@ def _markdown(r: CelebrateResult) -> str:
             out.append(f"- Added {_code(node)}; before the fix it failed with {_code(r.failed_before)}")
             if r.rerun_command:
                 out.append(f"  - run it alone: {_code(r.rerun_command)}")
+        elif node in r.tests_unregistered:
+            out.append(f"- Added {_code(node)}; not registered, so no run showed it failing before the fix")
         else:
             out.append(f"- Added {_code(node)}")
     passed = [t for t in r.tests_verified if t.outcome == "passed"]
