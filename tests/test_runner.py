@@ -130,3 +130,26 @@ def test_capped_log_keeps_head_and_tail(tmp_path: Path):
     assert text.startswith("000\n001\n") and text.endswith("098\n099\n")
     assert log.total == 400 and log.cut == 300
     assert "cut 300 bytes" in text
+
+
+@pytest.mark.anyio
+async def test_a_fork_server_that_never_answers_is_refused_not_waited_on(tmp_path: Path, monkeypatch):
+    """A fork server that accepts a request and never forks: the run gives up after FORK_ANSWER_S and says so,
+    and the descriptors it would have handed over are closed (no wait without a deadline)."""
+    import socket
+
+    from pt2_bug_basher.execution import runner
+
+    monkeypatch.setattr(runner, "FORK_ANSWER_S", 1.0)
+    path = tmp_path / "mute.sock"
+    before = len(os.listdir("/proc/self/fd"))
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(4)
+    started = time.monotonic()
+    answer = await runner.run_forked(path, {"script": "x.py"}, argv=["x.py"], timeout_s=30,
+                                     stdout_path=tmp_path / "out", stderr_path=tmp_path / "err")
+    listener.close()
+    assert isinstance(answer, runner.ForkRefused) and "did not answer within 1 s" in answer.reason, answer
+    assert not answer.stale and time.monotonic() - started < 10
+    assert len(os.listdir("/proc/self/fd")) == before

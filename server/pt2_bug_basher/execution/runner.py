@@ -26,6 +26,9 @@ from pt2_bug_basher.domain.process import ProcessOutcome
 
 DEFAULT_LOG_CAP = 8 * 1024 * 1024
 KILL_GRACE_S = 2.0
+# A fork server answers a request as soon as it has forked (or refused): one that has not within this long
+# is treated as gone, so that no run waits on it without a deadline.
+FORK_ANSWER_S = 60.0
 _CHUNK = 64 * 1024
 
 
@@ -486,15 +489,20 @@ async def run_forked(
     killed: list[int] = []
     reply: dict | None = None
     try:
-        try:
-            stream = await anyio.connect_unix(str(socket_path))
-        except OSError as exc:
-            return ForkRefused(f"the fork server does not answer: {exc}")
+        with anyio.move_on_after(FORK_ANSWER_S) as asking:
+            try:
+                stream = await anyio.connect_unix(str(socket_path))
+            except OSError as exc:
+                return ForkRefused(f"the fork server does not answer: {exc}")
+        if asking.cancelled_caught:
+            return ForkRefused(f"the fork server did not accept the connection within {FORK_ANSWER_S:.0f} s")
         async with stream:
             buffer = bytearray()
-            answer = await _ask_fork(stream, buffer, {**request, "warm": True, "timeout": timeout_s + 2 * KILL_GRACE_S},
-                                     (out_w, err_w))
-            out_w = err_w = -1  # _ask_fork handed them over and closed them
+            answer: int | ForkRefused = ForkRefused(f"the fork server did not answer within {FORK_ANSWER_S:.0f} s")
+            with anyio.move_on_after(FORK_ANSWER_S):
+                answer = await _ask_fork(stream, buffer, {**request, "warm": True,
+                                                          "timeout": timeout_s + 2 * KILL_GRACE_S}, (out_w, err_w))
+            out_w = err_w = -1  # _ask_fork handed them over and closed them (hanging up stops a late child)
             if isinstance(answer, ForkRefused):
                 return answer
             pid = answer

@@ -147,10 +147,10 @@ class ForkServerEvaluator(Evaluator):
         request = {"script": str(script), "args": list(args), "cwd": str(cwd), "stdout": str(stdout),
                    "stderr": str(stderr), "timeout": timeout_s, "path": list(extra_path or []), **(options or {})}
         started = time.monotonic()
-        async with await anyio.connect_unix(str(self.socket_path)) as stream:
-            await stream.send((json.dumps(request) + "\n").encode())
-            buf = b""
-            with anyio.fail_after(timeout_s + 30):
+        with anyio.fail_after(timeout_s + 30):
+            async with await anyio.connect_unix(str(self.socket_path)) as stream:
+                await stream.send((json.dumps(request) + "\n").encode())
+                buf = b""
                 while b"\n" not in buf:
                     try:
                         buf += await stream.receive(65536)
