@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import venv
 from pathlib import Path
 
@@ -85,9 +86,39 @@ def pytest_runtest_setup(item):
     return (yield from _raise_swallowed_problems())
 
 
+def _dump_event_loop_tasks(thread_id: int) -> None:
+    """Every task of the event loop that `thread_id` runs, each with its chain of awaits, to stderr: what a
+    test about to time out waits on (pytest-timeout's dump shows only the loop's idle select)."""
+    import asyncio
+
+    frame = sys._current_frames().get(thread_id)
+    while frame is not None and not isinstance(frame.f_locals.get("self"), asyncio.AbstractEventLoop):
+        frame = frame.f_back
+    if frame is None:
+        return
+    print("event loop tasks shortly before the timeout:", file=sys.stderr)
+    for task in list(asyncio.all_tasks(frame.f_locals["self"])):
+        print(f"-- {task.get_name()}", file=sys.stderr)
+        awaited = task.get_coro()
+        while awaited is not None:
+            at = getattr(awaited, "cr_frame", None) or getattr(awaited, "gi_frame", None)
+            where = f"{at.f_code.co_filename}:{at.f_lineno} {at.f_code.co_name}" if at else repr(awaited)
+            print(f"   {where}", file=sys.stderr)
+            awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "gi_yieldfrom", None)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
-    return (yield from _raise_swallowed_problems())
+    marker = item.get_closest_marker("timeout")
+    limit = float(marker.args[0]) if marker and marker.args else float(item.config.getini("timeout") or 0)
+    watchdog = threading.Timer(max(1.0, limit - 20), _dump_event_loop_tasks, (threading.get_ident(),))
+    watchdog.daemon = True
+    if limit:
+        watchdog.start()
+    try:
+        return (yield from _raise_swallowed_problems())
+    finally:
+        watchdog.cancel()
 
 
 @pytest.fixture
