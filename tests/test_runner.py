@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import sys
@@ -153,3 +154,22 @@ async def test_a_fork_server_that_never_answers_is_refused_not_waited_on(tmp_pat
     assert isinstance(answer, runner.ForkRefused) and "did not answer within 1 s" in answer.reason, answer
     assert not answer.stale and time.monotonic() - started < 10
     assert len(os.listdir("/proc/self/fd")) == before
+
+
+@pytest.mark.anyio
+async def test_runs_cancelled_as_they_start_all_end(tmp_path: Path):
+    """Cancelled at every moment of its start, a run ends at once and leaves no process: a cancellation that
+    lands while the child's pipes are being set up must not wait for the child forever."""
+    out, err = tmp_path / "out", tmp_path / "err"
+    with anyio.fail_after(120):
+        for attempt in range(120):
+            with anyio.move_on_after(attempt * 0.0002):
+                await run_process([sys.executable, "-c", "import time; time.sleep(5)"], cwd=tmp_path,
+                                  env=dict(os.environ), timeout_s=30, stdout_path=out, stderr_path=err)
+    mine = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError, IndexError):
+            parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if parent == os.getpid() and b"time.sleep(5)" in (proc / "cmdline").read_bytes():
+                mine.append(proc.name)
+    assert not mine, mine  # every child was killed and reaped

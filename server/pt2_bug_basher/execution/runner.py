@@ -21,6 +21,7 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 
 from pt2_bug_basher.domain.process import ProcessOutcome
 
@@ -208,7 +209,44 @@ async def _ticks(on_progress, interval_s: float, started: float) -> None:
         await anyio.sleep(interval_s)
         await on_progress(time.monotonic() - started)
 
-async def _terminate(process: anyio.abc.Process) -> list[int]:
+class _Child:
+    """A child started with subprocess.Popen, waited for through a pidfd (a short poll where there is none).
+
+    Not asyncio's subprocess transport: on Python 3.11 a task cancelled (or failing) while that transport
+    connects its pipes waits for the process forever (CPython gh-103847, gh-125502), which hung localize."""
+
+    def __init__(self, popen: subprocess.Popen) -> None:
+        self.popen = popen
+        self.pid = popen.pid
+        self.fds = [f.fileno() for f in (popen.stdout, popen.stderr) if f is not None]
+        for fd in self.fds:
+            os.set_blocking(fd, False)
+
+    @property
+    def returncode(self) -> int | None:
+        return self.popen.returncode
+
+    async def wait(self) -> int:
+        try:
+            pidfd = os.pidfd_open(self.pid)
+        except (AttributeError, OSError):  # no pidfd (an old kernel), or already reaped
+            while self.popen.poll() is None:
+                await anyio.sleep(0.02)
+            return self.popen.returncode
+        try:
+            while self.popen.poll() is None:
+                await anyio.wait_readable(pidfd)
+        finally:
+            os.close(pidfd)
+        return self.popen.returncode
+
+    def close(self) -> None:
+        for stream in (self.popen.stdout, self.popen.stderr):
+            if stream is not None:
+                stream.close()
+
+
+async def _terminate(process: _Child) -> list[int]:
     """SIGTERM the group, give it a moment, then SIGKILL the group and stragglers."""
     victims = _descendants(process.pid)
     _signal_group(process.pid, signal.SIGTERM)
@@ -291,10 +329,11 @@ async def run_process(
 
     With no log paths, output is discarded (use run_captured for small captured output).
     """
+    await anyio.lowlevel.checkpoint()
     started = time.monotonic()
     stdout_log = CappedLog(stdout_path, log_cap) if stdout_path else None
     stderr_log = CappedLog(stderr_path, log_cap) if stderr_path else None
-    process = await anyio.open_process(
+    process = _Child(subprocess.Popen(
         argv,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE if stdout_log else subprocess.DEVNULL,
@@ -302,38 +341,27 @@ async def run_process(
         cwd=cwd,
         env=env,
         start_new_session=True,
-    )
+    ))
     if on_start is not None:
         on_start(process.pid)
     timed_out = False
     cancelled = False
     killed: list[int] = []
-
-    async def pump(stream: anyio.abc.ByteReceiveStream | None, log: CappedLog | None) -> None:
-        if stream is None or log is None:
-            return
-        try:
-            while True:
-                log.write(await stream.receive(_CHUNK))
-        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
-            return
-
+    logs = [log for log in (stdout_log, stderr_log) if log is not None]
     try:
         timed_out, killed = await _supervise(
-            [functools.partial(pump, process.stdout, stdout_log), functools.partial(pump, process.stderr, stderr_log)],
+            [functools.partial(_pump_fd, fd, log) for fd, log in zip(process.fds, logs, strict=True)],
             process.wait, functools.partial(_terminate, process), process.pid, timeout_s,
             on_progress, progress_interval_s, started)
     except BaseException:
         cancelled = True
         with anyio.CancelScope(shield=True):
             killed = await _terminate(process)
-            await process.aclose()
         raise
     finally:
-        for log in (stdout_log, stderr_log):
-            if log is not None:
-                log.close()
-    await process.aclose()
+        process.close()
+        for log in logs:
+            log.close()
     return _outcome(argv, process.pid, process.returncode, timed_out, cancelled, started, stdout_log, stderr_log,
                     killed)
 
