@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import resource
 import sys
@@ -173,3 +174,56 @@ async def test_runs_cancelled_as_they_start_all_end(tmp_path: Path):
             if parent == os.getpid() and b"time.sleep(5)" in (proc / "cmdline").read_bytes():
                 mine.append(proc.name)
     assert not mine, mine  # every child was killed and reaped
+
+
+@pytest.mark.anyio
+async def test_a_run_cancelled_while_its_fork_server_answers_closes_only_its_own_descriptors(tmp_path: Path):
+    """The write ends go to the fork server with the request and are closed once sent. A run cancelled while
+    it waits for the answer must not close those numbers again: by then they may be another run's pipes
+    (a cancelled ladder rung once closed a table read's stderr, whose start then waited forever)."""
+    import socket
+    import threading
+
+    from pt2_bug_basher.execution import runner
+
+    path = tmp_path / "slow.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(1)
+    received, release = threading.Event(), threading.Event()
+
+    def serve() -> None:  # takes the request and its descriptors, and does not answer
+        conn, _ = listener.accept()
+        _, fds, _, _ = socket.recv_fds(conn, 65536, 2)
+        for fd in fds:  # free again, and the lowest free numbers, as the sender's were
+            os.close(fd)
+        received.set()
+        release.wait(30)
+        conn.close()
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    others: list[int] = []
+    async with anyio.create_task_group() as group:
+        group.start_soon(functools.partial(runner.run_forked, path, {"script": "x.py"}, argv=["x.py"], timeout_s=30,
+                                           stdout_path=tmp_path / "out", stderr_path=tmp_path / "err"))
+        with anyio.fail_after(10):
+            while not received.is_set():
+                await anyio.sleep(0.01)
+        for _ in range(4):  # new pipes take the lowest free numbers: those of the write ends just sent
+            others.extend(os.pipe())
+        inodes = {fd: os.fstat(fd).st_ino for fd in others}
+        group.cancel_scope.cancel()
+    try:
+        for fd, inode in inodes.items():
+            with contextlib.suppress(OSError):
+                if os.fstat(fd).st_ino == inode:
+                    continue
+            pytest.fail(f"descriptor {fd}, a pipe of someone else, was closed by the cancelled run")
+    finally:
+        release.set()
+        server.join(10)
+        listener.close()
+        for fd in others:
+            with contextlib.suppress(OSError):
+                os.close(fd)

@@ -527,11 +527,13 @@ async def run_forked(
         async with stream:
             buffer = bytearray()
             answer: int | ForkRefused = ForkRefused(f"the fork server did not answer within {FORK_ANSWER_S:.0f} s")
+            # _ask_fork owns the write ends from here and closes them, whatever happens: closed twice, their
+            # numbers may already belong to another run's pipes (a cancelled rung once closed a table read's)
+            handed, out_w, err_w = (out_w, err_w), -1, -1
             with anyio.move_on_after(FORK_ANSWER_S):
                 answer = await _ask_fork(stream, buffer, {**request, "warm": True,
-                                                          "timeout": timeout_s + 2 * KILL_GRACE_S}, (out_w, err_w))
-            out_w = err_w = -1  # _ask_fork handed them over and closed them (hanging up stops a late child)
-            if isinstance(answer, ForkRefused):
+                                                          "timeout": timeout_s + 2 * KILL_GRACE_S}, handed)
+            if isinstance(answer, ForkRefused):  # hanging up stops a child the server forks late
                 return answer
             pid = answer
             if on_start is not None:
