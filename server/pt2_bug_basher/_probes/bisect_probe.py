@@ -260,6 +260,24 @@ def _def_line(path: str, line: int) -> int:
     return line
 
 
+def profile_during_codegen(profile) -> None:
+    """`profile` as the profile hook while Inductor's GraphLowering.codegen runs, and only then."""
+    from torch._inductor.graph import GraphLowering
+
+    original = GraphLowering.codegen
+
+    @functools.wraps(original)
+    def traced(self, *args, **kwargs):
+        before = sys.getprofile()
+        sys.setprofile(profile)
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            sys.setprofile(before)
+
+    GraphLowering.codegen = traced  # type: ignore[method-assign]
+
+
 def trace_codegen() -> None:
     """Record which functions of Inductor's code generation (torch/_inductor/codegen/) run while a graph's
     kernels are generated (inside GraphLowering.codegen only, so tracing costs little), how often, and
@@ -267,7 +285,6 @@ def trace_codegen() -> None:
     import atexit
 
     import torch._inductor.codegen
-    from torch._inductor.graph import GraphLowering
 
     root = os.path.dirname(os.path.abspath(torch._inductor.codegen.__file__)) + os.sep
     parent = torch_parent()
@@ -284,18 +301,7 @@ def trace_codegen() -> None:
         elif event == "return" and isinstance(arg, str) and key in seen:
             seen[key][1] = True
 
-    original = GraphLowering.codegen
-
-    @functools.wraps(original)
-    def traced(self, *args, **kwargs):
-        before = sys.getprofile()
-        sys.setprofile(profile)
-        try:
-            return original(self, *args, **kwargs)
-        finally:
-            sys.setprofile(before)
-
-    GraphLowering.codegen = traced  # type: ignore[method-assign]
+    profile_during_codegen(profile)
 
     def report() -> None:
         rows = [{"file": os.path.relpath(path, parent), "abs": path, "line": _def_line(path, line), "function": name,

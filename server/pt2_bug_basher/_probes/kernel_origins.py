@@ -1,7 +1,7 @@
 """Which of Inductor's functions wrote each line of generated code, and which made the code text in it.
 
-`install(out)` (called by `launcher.py --kernel-origins FILE`) wraps `GraphLowering.codegen` with a profile
-hook, so it costs nothing outside code generation. While it runs, the hook records:
+`install(out, during_codegen)` (called by `launcher.py --kernel-origins FILE`) sets a profile hook for
+`GraphLowering.codegen` alone, so it costs nothing outside code generation. While it runs, the hook records:
 - `wrote`: for each line given to `IndentedBuffer.writeline` (stripped), the innermost function of
   torch/_inductor outside the buffer's own methods that first wrote it (the statement's author: a
   kernel's loop header, its store); a kernel's code spliced into the wrapper is not a new author's;
@@ -16,10 +16,10 @@ both. Runs in the interpreter under investigation; imports nothing from pt2_bug_
 from __future__ import annotations
 
 import atexit
-import functools
 import json
 import os
 import sys
+from collections.abc import Callable
 
 MAX_TEXTS = 200_000  # distinct lines, and distinct texts, kept
 # IndentedBuffer's own ways in (a subclass's override too): the author is whoever called them
@@ -27,9 +27,9 @@ _BUFFER_METHODS = {"writeline", "writelines", "newline", "splice", "writeline_ji
                    "splice_aot"}
 
 
-def install(out: str) -> None:
+def install(out: str, during_codegen: Callable[[Callable], None]) -> None:
+    """`during_codegen(hook)`: the hook as the profile hook while GraphLowering.codegen runs (bisect_probe's)."""
     import torch._inductor
-    from torch._inductor.graph import GraphLowering
     from torch._inductor.utils import IndentedBuffer
 
     root = os.path.dirname(os.path.abspath(torch._inductor.__file__)) + os.sep
@@ -77,18 +77,7 @@ def install(out: str) -> None:
                 entry = made.setdefault(key, {})
                 entry[who] = entry.get(who, 0) + 1
 
-    original = GraphLowering.codegen
-
-    @functools.wraps(original)
-    def traced(self, *args, **kwargs):
-        before = sys.getprofile()
-        sys.setprofile(profile)
-        try:
-            return original(self, *args, **kwargs)
-        finally:
-            sys.setprofile(before)
-
-    GraphLowering.codegen = traced  # type: ignore[method-assign]
+    during_codegen(profile)
 
     def rel(path: str) -> str:
         return os.path.relpath(path, parent).replace(os.sep, "/")

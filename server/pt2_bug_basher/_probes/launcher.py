@@ -206,7 +206,7 @@ def main(argv: list[str]) -> int:
     if bisect_trace:
         install_bisect_trace()
     if kernel_origins:
-        _probe("kernel_origins").install(kernel_origins)
+        _probe("kernel_origins").install(kernel_origins, _probe("bisect_probe").profile_during_codegen)
     try:
         run_script(rest[0], rest[1:])
     except SystemExit:
