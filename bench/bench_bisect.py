@@ -77,18 +77,10 @@ async def ours(root: Path, checkout: Path, python: Path, script: Path, state: Pa
 
 async def _stall_report(after_s: float) -> None:
     """A localize still running after `after_s`: every task's chain of awaits to stderr, to see what it waits on."""
-    import asyncio
+    from pt2_bug_basher.execution.stalls import task_chains
 
     await anyio.sleep(after_s)
-    print(f"localize still running after {after_s:.0f} s; its tasks:", file=sys.stderr)
-    for task in asyncio.all_tasks():
-        print(f"-- {task.get_name()}", file=sys.stderr)
-        awaited = task.get_coro()
-        while awaited is not None:
-            frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "gi_frame", None)
-            where = f"{frame.f_code.co_filename}:{frame.f_lineno} {frame.f_code.co_name}" if frame else repr(awaited)
-            print(f"   {where}", file=sys.stderr)
-            awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "gi_yieldfrom", None)
+    print(f"localize still running after {after_s:.0f} s; its tasks:", *task_chains(), sep="\n", file=sys.stderr)
 
 
 def baseline(root: Path, python: Path, script: Path) -> dict:

@@ -87,24 +87,18 @@ def pytest_runtest_setup(item):
 
 
 def _dump_event_loop_tasks(thread_id: int) -> None:
-    """Every task of the event loop that `thread_id` runs, each with its chain of awaits, to stderr: what a
-    test about to time out waits on (pytest-timeout's dump shows only the loop's idle select)."""
+    """The tasks of the event loop that `thread_id` runs, with what each awaits, to stderr: what a test about
+    to time out waits on (pytest-timeout's dump shows only the loop's idle select)."""
     import asyncio
+
+    from pt2_bug_basher.execution.stalls import task_chains
 
     frame = sys._current_frames().get(thread_id)
     while frame is not None and not isinstance(frame.f_locals.get("self"), asyncio.AbstractEventLoop):
         frame = frame.f_back
-    if frame is None:
-        return
-    print("event loop tasks shortly before the timeout:", file=sys.stderr)
-    for task in list(asyncio.all_tasks(frame.f_locals["self"])):
-        print(f"-- {task.get_name()}", file=sys.stderr)
-        awaited = task.get_coro()
-        while awaited is not None:
-            at = getattr(awaited, "cr_frame", None) or getattr(awaited, "gi_frame", None)
-            where = f"{at.f_code.co_filename}:{at.f_lineno} {at.f_code.co_name}" if at else repr(awaited)
-            print(f"   {where}", file=sys.stderr)
-            awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "gi_yieldfrom", None)
+    if frame is not None:
+        print("event loop tasks shortly before the timeout:", *task_chains(frame.f_locals["self"]), sep="\n",
+              file=sys.stderr)
 
 
 @pytest.hookimpl(wrapper=True)

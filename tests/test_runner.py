@@ -227,3 +227,23 @@ async def test_a_run_cancelled_while_its_fork_server_answers_closes_only_its_own
         for fd in others:
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+@pytest.mark.anyio
+async def test_task_chains_name_what_each_task_awaits():
+    from pt2_bug_basher.execution.stalls import task_chains
+
+    event = anyio.Event()
+
+    async def waits_for_the_event() -> None:
+        await event.wait()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(waits_for_the_event)
+        await anyio.sleep(0.01)
+        lines = task_chains()
+        event.set()
+    at = next(i for i, line in enumerate(lines) if line.endswith(" waits_for_the_event"))
+    assert lines[at].startswith("   ") and __file__ in lines[at], lines
+    assert any(line.endswith(" wait") for line in lines[at + 1:]), lines  # and on into the event it awaits
+    assert any(line.endswith(" test_task_chains_name_what_each_task_awaits") for line in lines), lines
