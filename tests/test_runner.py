@@ -246,4 +246,3 @@ async def test_task_chains_name_what_each_task_awaits():
     at = next(i for i, line in enumerate(lines) if line.endswith(" waits_for_the_event"))
     assert lines[at].startswith("   ") and __file__ in lines[at], lines
     assert any(line.endswith(" wait") for line in lines[at + 1:]), lines  # and on into the event it awaits
-    assert any(line.endswith(" test_task_chains_name_what_each_task_awaits") for line in lines), lines
