@@ -76,6 +76,12 @@ async def test_check_env_reports_the_gpu(gpu_config):
     assert info["triton_version"] == triton.__version__
 
 
+async def waive_the_test_steps(config: ServerConfig, case_id: str) -> None:
+    for step in ("test", "main_check"):
+        await call(config, "waive_step", case_id=case_id, step=step,
+                   reason="GPU artifact test: no unit test for the injected bug")
+
+
 @pytest.mark.parametrize("name,categories", [
     ("triton_compile_error.py", {"triton"}),
     ("triton_device_assert.py", {"runtime_crash"}),
@@ -128,9 +134,7 @@ async def test_launch_blocking_pins_the_async_crash_to_the_kernel(gpu_config, gp
 
 
 async def test_artifacts_list_triton_kernels_and_name_the_failing_one(gpu_config, gpu_case):
-    for step in ("test", "main_check"):
-        await call(gpu_config, "waive_step", case_id=gpu_case, step=step,
-                   reason="GPU artifact test: no unit test for the injected bug")
+    await waive_the_test_steps(gpu_config, gpu_case)
     data = await call(gpu_config, "collect_debug_artifacts", case_id=gpu_case,
                       script=script(gpu_config, "triton_compile_error.py"))
     kernels = [k["name"] for g in data["graphs"] for k in g["kernels"]]
@@ -139,9 +143,7 @@ async def test_artifacts_list_triton_kernels_and_name_the_failing_one(gpu_config
 
 
 async def test_a_wrong_triton_result_names_its_kernel_and_the_override_that_made_the_bad_line(gpu_config, gpu_case):
-    for step in ("test", "main_check"):
-        await call(gpu_config, "waive_step", case_id=gpu_case, step=step,
-                   reason="GPU artifact test: no unit test for the injected bug")
+    await waive_the_test_steps(gpu_config, gpu_case)
     data = await call(gpu_config, "collect_debug_artifacts", case_id=gpu_case,
                       script=script(gpu_config, "triton_accuracy.py"))
     failure = data["failure"]
