@@ -490,6 +490,16 @@ async def _ask_fork(stream: anyio.abc.UNIXSocketStream, buffer: bytearray, reque
     return int(first["started"])
 
 
+async def _connect(socket_path: Path) -> anyio.abc.UNIXSocketStream | ForkRefused:
+    """A connection to the fork server, or why there is none (it accepts within FORK_ANSWER_S or not at all)."""
+    with anyio.move_on_after(FORK_ANSWER_S):
+        try:
+            return await anyio.connect_unix(str(socket_path))
+        except OSError as exc:
+            return ForkRefused(f"the fork server does not answer: {exc}")
+    return ForkRefused(f"the fork server did not accept the connection within {FORK_ANSWER_S:.0f} s")
+
+
 async def run_forked(
     socket_path: Path,
     request: dict,
@@ -517,13 +527,9 @@ async def run_forked(
     killed: list[int] = []
     reply: dict | None = None
     try:
-        with anyio.move_on_after(FORK_ANSWER_S) as asking:
-            try:
-                stream = await anyio.connect_unix(str(socket_path))
-            except OSError as exc:
-                return ForkRefused(f"the fork server does not answer: {exc}")
-        if asking.cancelled_caught:
-            return ForkRefused(f"the fork server did not accept the connection within {FORK_ANSWER_S:.0f} s")
+        stream = await _connect(socket_path)
+        if isinstance(stream, ForkRefused):
+            return stream
         async with stream:
             buffer = bytearray()
             answer: int | ForkRefused = ForkRefused(f"the fork server did not answer within {FORK_ANSWER_S:.0f} s")
