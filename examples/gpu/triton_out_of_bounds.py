@@ -1,7 +1,8 @@
-"""Category runtime_crash (Triton kernel): a user-written Triton kernel stores far out of bounds.
+"""A runtime_crash in the text, user_error by the verdict: a user-written Triton kernel stores far out of bounds.
 
 The kernel forgets its mask and strides by a wrong factor, so it writes gigabytes past the end of
-the buffer: an illegal memory access. Called from a torch.compile'd function. Needs CUDA and Triton.
+the buffer: an illegal memory access. Called from a torch.compile'd function, it faults with
+compilation off too: the program's bug, not the compiler's. Needs CUDA and Triton.
 """
 
 import torch
