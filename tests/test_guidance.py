@@ -251,7 +251,7 @@ async def test_get_workflow_prints_no_none_and_the_logs_step_follows_the_layer(m
     other = mini.new_case()
     seed_accuracy(mini, other, layer="Dynamo")
     steps = {s["step"]: s for s in (await ok(mini, "get_workflow", case_id=other))["case"]["steps"]}
-    assert parse_call(steps["logs"]["tool_call"]).arguments["logs"] == "dynamo_internal"
+    assert parse_call(steps["logs"]["tool_call"]).arguments["logs"] == "dynamo_wrong_result"
 
 
 async def test_a_done_steps_call_names_the_script_it_ran_on_not_the_repro(mini: Mini):

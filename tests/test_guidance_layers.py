@@ -240,3 +240,36 @@ async def test_the_kernel_writing_the_output_that_differs_is_excerpted_first(min
 def names_room(code: str) -> int:
     """Room for one kernel's excerpt and not another's."""
     return len(code) + 150
+
+
+EAGER_FAILS = """
+import torch
+
+torch.compile(lambda x: x + 1, backend="eager")(torch.ones(3))
+raise AssertionError("Tensor-likes are not close!")
+"""
+
+
+async def test_a_wrong_result_in_dynamo_logs_its_graph_and_bytecode_not_every_traced_instruction(mini: Mini):
+    """Seen by an agent on a dict Dynamo did not write back: step 6 named +dynamo (every traced instruction, the
+    crash preset of the layer), where the graph, the bytecode around it and the side effects show the fault."""
+    (mini.repo / "eager_fails.py").write_text(EAGER_FAILS)
+    case_id = mini.new_case()
+    seed_localized_accuracy(mini, case_id, "Dynamo", "eager")
+    crash = mini.new_case()
+    seed_localized_accuracy(mini, crash, "Dynamo", "eager", category="dynamo_internal")
+    async with Client(mini.server) as client:
+        steps = steps_of((await ok(client, "get_workflow", case_id=case_id))["case"])
+        logs_call = parse_call(steps["logs"]["tool_call"])
+        assert logs_call.arguments["logs"] == "dynamo_wrong_result", logs_call
+        guide = (await ok(client, "classify_error", case_id=case_id, text=ACCURACY_TEXT))["guide"]
+        assert guide["log_preset"] == "graph_code,bytecode,side_effects,guards,recompiles", guide
+        # a crash in Dynamo keeps the layer's preset
+        crash_steps = steps_of((await ok(client, "get_workflow", case_id=crash))["case"])
+        crash_call = parse_call(crash_steps["logs"]["tool_call"])
+        assert crash_call.arguments["logs"] == "dynamo_internal", crash_call
+        seed_through_main_check(mini, case_id)
+        logged = await ok(client, "run_with_logs", **logs_call.arguments)
+    assert "logs" in logged["recorded"], logged
+    env = mini.store.get_run(logged["runs"][0]["run_id"], case_id).env
+    assert env["TORCH_LOGS"] == "graph_code,bytecode,side_effects,guards,recompiles", env

@@ -19,8 +19,8 @@ EXAMPLES = REPO_ROOT / "examples"
 
 # What torch 2.13's registry holds (a subset is enough for validation tests).
 COMPONENTS = ["aot", "dynamic", "dynamo", "export", "inductor", "torch"]
-ARTIFACTS = ["aot_graphs", "aot_joint_graph", "graph_breaks", "graph_code", "guards", "output_code", "post_grad_graphs",
-             "recompiles", "recompiles_verbose", "schedule"]
+ARTIFACTS = ["aot_graphs", "aot_joint_graph", "bytecode", "graph_breaks", "graph_code", "guards", "output_code",
+             "post_grad_graphs", "recompiles", "recompiles_verbose", "schedule", "side_effects"]
 
 CATEGORIES = ["graph_break", "recompile", "dynamo_internal", "triton", "backend_compiler_failed", "accuracy",
               "runtime_crash", "export"]

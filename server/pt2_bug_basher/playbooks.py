@@ -278,6 +278,9 @@ PLAYBOOKS: dict[str, Playbook] = {p.category: p for p in (
 # the fw_metadata the wrappers act on (mutated inputs, aliased outputs), +aot the aliasing and mutation decisions.
 LAYER_PRESETS: dict[str, str] = {
     "aot_autograd": "aot_graphs,aot_joint_graph,+aot",
+    # a wrong result with backend="eager": the graph Dynamo captured, the bytecode it runs around it (outputs
+    # rebuilt, the caller's objects written back) and the mutations and guards that bytecode acts on
+    "dynamo_wrong_result": "graph_code,bytecode,side_effects,guards,recompiles",
 }
 
 DYNAMIC_SHAPES = "dynamic shapes"
@@ -413,10 +416,18 @@ def focus(category: str | None, layer: str | None) -> Focus:
     return Focus(playbook=area.playbook, source_files=list(area.source_files), test_files=list(area.test_files))
 
 
+# (category, layer) whose step-6 preset is neither the category's nor the layer's: the layer's is for its crashes
+LOGS_FOR: dict[tuple[str, str], str] = {
+    ("accuracy", "Dynamo"): "dynamo_wrong_result",  # not +dynamo: no traced instruction is wrong, a value is
+}
+
+
 def log_preset(category: str | None, layer: str | None = None) -> str:
-    """The logs preset for the case's step 6, per (category, layer): the category's own when its playbook covers
-    localize's layer, else the layer's (the recompile preset when the guards run flagged a stale entry, the AOT
-    graphs for AOTAutograd); the general one when neither has a preset."""
+    """The logs preset for the case's step 6, per (category, layer): LOGS_FOR's first, then the category's own
+    when its playbook covers localize's layer, else the layer's (the recompile preset when the guards run flagged
+    a stale entry, the AOT graphs for AOTAutograd); the general one when neither has a preset."""
+    if (category or "", layer or "") in LOGS_FOR:
+        return LOGS_FOR[(category or "", layer or "")]
     own = PLAYBOOKS.get(category or "")
     area = LAYERS.get(layer or "")
     if area is not None and own is not None and own.category != USER_ERROR \
