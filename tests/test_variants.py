@@ -57,6 +57,13 @@ def test_a_removed_statement_leaves_the_rest_of_its_body():
     assert [ast.unparse(s) for s in f.body] == ["pass", "h.add_(y)", "h.zero_()", "return h.sin()"]
 
 
+def test_a_docstring_is_not_a_statement_to_remove():
+    """Seen by an agent: a variant "without line 5" removed a forward's docstring, a run that could show nothing."""
+    source = 'class M:\n    def forward(self, x):\n        """Scale it."""\n        y = x * 2\n        return y\n'
+    changes = [v.change for v in generate(source, limit=50) if v.kind == "statement_removed"]
+    assert changes == ["without line 4: `y = x * 2`"], changes
+
+
 def test_variants_run_and_change_what_they_say():
     """Executed for real: the requires_grad and dtype variants give the tensors they describe."""
     import torch

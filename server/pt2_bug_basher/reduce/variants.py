@@ -138,7 +138,8 @@ def _float_factory(node: ast.AST) -> bool:
 
 def _removable(tree: ast.Module) -> list[ast.stmt]:
     """Statements inside functions and under `if __name__ == "__main__"` that are not the last of their body,
-    nor definitions, imports or returns: removing one keeps the program runnable more often than not."""
+    nor definitions, imports, returns or a bare constant (a docstring: without it, nothing runs differently):
+    removing one keeps the program runnable more often than not."""
     out: list[ast.stmt] = []
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
@@ -146,7 +147,8 @@ def _removable(tree: ast.Module) -> list[ast.stmt]:
             continue
         for stmt in body[:-1]:
             if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom,
-                                     ast.Return, ast.If, ast.For, ast.While, ast.With, ast.Try)):
+                                     ast.Return, ast.If, ast.For, ast.While, ast.With, ast.Try)) \
+                    and not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)):
                 out.append(stmt)
     return out
 
