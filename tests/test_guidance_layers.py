@@ -254,6 +254,9 @@ async def test_a_wrong_result_in_dynamo_logs_its_graph_and_bytecode_not_every_tr
     """Seen by an agent on a dict Dynamo did not write back: step 6 named +dynamo (every traced instruction, the
     crash preset of the layer), where the graph, the bytecode around it and the side effects show the fault."""
     (mini.repo / "eager_fails.py").write_text(EAGER_FAILS)
+    for rel in ("torch/_dynamo/symbolic_convert.py", "torch/_inductor/lowering.py"):
+        (mini.repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (mini.repo / rel).write_text("")
     case_id = mini.new_case()
     seed_localized_accuracy(mini, case_id, "Dynamo", "eager")
     crash = mini.new_case()
@@ -262,8 +265,13 @@ async def test_a_wrong_result_in_dynamo_logs_its_graph_and_bytecode_not_every_tr
         steps = steps_of((await ok(client, "get_workflow", case_id=case_id))["case"])
         logs_call = parse_call(steps["logs"]["tool_call"])
         assert logs_call.arguments["logs"] == "dynamo_wrong_result", logs_call
-        guide = (await ok(client, "classify_error", case_id=case_id, text=ACCURACY_TEXT))["guide"]
+        classified = await ok(client, "classify_error", case_id=case_id, text=ACCURACY_TEXT)
+        guide = classified["guide"]
         assert guide["log_preset"] == "graph_code,bytecode,side_effects,guards,recompiles", guide
+        # the wrong-result playbook with Dynamo's files, not Dynamo's crash playbook and its +dynamo diagnostic
+        assert guide["playbook"] == 'prompt "playbook" with category="accuracy"', guide["playbook"]
+        assert guide["source_files"] == ["torch/_dynamo/symbolic_convert.py"], guide["source_files"]
+        assert "dynamo_internal" not in classified["diagnostic"], classified["diagnostic"]
         # a crash in Dynamo keeps the layer's preset
         crash_steps = steps_of((await ok(client, "get_workflow", case_id=crash))["case"])
         crash_call = parse_call(crash_steps["logs"]["tool_call"])
