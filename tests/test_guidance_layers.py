@@ -278,6 +278,9 @@ async def test_a_wrong_result_in_dynamo_logs_its_graph_and_bytecode_not_every_tr
         assert crash_call.arguments["logs"] == "dynamo_internal", crash_call
         seed_through_main_check(mini, case_id)
         logged = await ok(client, "run_with_logs", **logs_call.arguments)
+        compiled = await ok(client, "run_with_logs", **{**logs_call.arguments, "script": "eager_fails.py"})
     assert "logs" in logged["recorded"], logged
+    # the graph Dynamo captured is in the result, not only in the run's stderr
+    assert compiled["graphs"] and any("l_x_ + 1" in line for line in compiled["graphs"][0]["code"]), compiled
     env = mini.store.get_run(logged["runs"][0]["run_id"], case_id).env
     assert env["TORCH_LOGS"] == "graph_code,bytecode,side_effects,guards,recompiles", env

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import textwrap
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -719,6 +720,48 @@ def logged_kernels(text: str, max_chars: int = MAX_KERNELS_CHARS) -> tuple[list[
 # --------------------------------------------------------------------------------------------
 
 MAX_AOT_GRAPHS = 4
+MAX_GRAPHS = 4
+MAX_GRAPH_LINES = 40
+
+
+class CapturedGraph(BaseModel):
+    compile_id: str | None = None
+    name: str = Field(description="__compiled_fn_N, as Dynamo named it")
+    code: list[str] = Field(description="its forward as TORCH_LOGS=graph_code printed it: every node with its "
+                                        "arguments (a value Dynamo folded into a constant shows as one), and the "
+                                        "'# File:' lines of the program each came from")
+    lines_left_out: int = 0
+
+
+def captured_graphs(text: str) -> list[CapturedGraph]:
+    """The FX graphs Dynamo captured, from TORCH_LOGS=graph_code, first compiled first, each cut at
+    MAX_GRAPH_LINES."""
+    graphs: list[CapturedGraph] = []
+    for raw in text.splitlines():
+        prefix = _PREFIX_RE.match(raw)
+        if prefix is None or prefix.group("art") != "graph_code":
+            continue
+        body = raw[prefix.end():]
+        named = _COMPILED_FN_RE.search(body)
+        if named is not None:
+            graphs.append(CapturedGraph(compile_id=prefix.group("cid"), name=_short_fn(named.group(1)), code=[]))
+            continue
+        if not graphs or not body.strip() or "class GraphModule(" in body:
+            continue
+        if len(graphs[-1].code) < MAX_GRAPH_LINES:
+            graphs[-1].code.append(body)
+        else:
+            graphs[-1].lines_left_out += 1
+    for graph in graphs:
+        graph.code = textwrap.dedent("\n".join(graph.code)).splitlines()
+    return graphs[:MAX_GRAPHS]
+
+
+def _short_fn(name: str) -> str:
+    """'__compiled_fn_1_809c4376_...' (a uuid in newer torch) -> '__compiled_fn_1'."""
+    return re.sub(r"^(__compiled_fn_\d+)_[0-9a-f_]{20,}$", r"\1", name)
+
+
 _FW_META_RE = re.compile(r"fw_metadata=ViewAndMutationMeta\((?P<body>.*)")
 _INPUT_INFO_RE = re.compile(r"InputAliasInfo\((?P<fields>[^()]*)\)")
 _OUTPUT_INFO_RE = re.compile(

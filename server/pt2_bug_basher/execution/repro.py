@@ -11,7 +11,15 @@ from pydantic import BaseModel, Field
 
 from pt2_bug_basher.analysis.guards import DynamoDecisions, has_guard_trees, logs_recompiles, summarise_guards
 from pt2_bug_basher.analysis.suspects import exception_suspects
-from pt2_bug_basher.analysis.torch_logs import AotMetadata, LoggedKernel, LogSummary, aot_metadata, logged_kernels
+from pt2_bug_basher.analysis.torch_logs import (
+    AotMetadata,
+    CapturedGraph,
+    LoggedKernel,
+    LogSummary,
+    aot_metadata,
+    captured_graphs,
+    logged_kernels,
+)
 from pt2_bug_basher.analysis.verdict import (
     COMPILE_OFF_ENV,
     FailureSummary,
@@ -79,6 +87,9 @@ class RunWithLogsResult(BaseModel):
     dynamo: DynamoDecisions | None = Field(None, description=(
         "with the guards or recompiles log on: what Dynamo compiled, whether later calls recompiled, the guards "
         "on each input and guard shapes that let a compiled entry be reused wrongly"))
+    graphs: list[CapturedGraph] = Field(default_factory=list, description=(
+        "with the graph_code log on: the FX graphs Dynamo captured, the code the backend is handed (a size or a "
+        "value Dynamo folded into a constant shows as one)"))
     aot_metadata: list[AotMetadata] = Field(default_factory=list, description=(
         "with the aot_graphs log on: per compiled graph, the inputs AOTAutograd copies mutations back to and the "
         "outputs it regenerates outside the graph as aliases of inputs (what its runtime wrappers do)"))
@@ -280,6 +291,7 @@ def _add_logged_summary(result: RunWithLogsResult, merged: LogSummary, stderr: s
     result.recompiles = [RecompileInfo(function=r.function, reason=r.reason[:300], guard=(r.guard or "")[:300] or None,
                                        count=r.count) for r in merged.recompiles[:12]]
     result.graphs_compiled, result.frames_compiled = merged.graphs_compiled, merged.frames_compiled
+    result.graphs = captured_graphs(stderr)
     result.aot_metadata = aot_metadata(stderr)
 
 
