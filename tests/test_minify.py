@@ -421,3 +421,51 @@ def test_the_sizes_an_answer_gives_count_statements_as_the_minimality_judge_does
     source = ('"""A repro."""\nimport torch\n\n\ndef f(x):\n    pass\n    return x + 1\n\n\n'
               'print(torch.compile(f, backend="eager")(torch.ones(2)))\n')
     assert size_of(source)["statements"] == judge(source).statements == 3  # def, return, print
+
+
+SIZED = '''def randn(*sizes):
+    return sizes
+
+
+x = randn(4, 8)
+if len(x) == 2:
+    raise ValueError("boom")
+'''
+
+
+def test_sizes_of_zero_or_one_are_what_dynamo_specialises():
+    from pt2_bug_basher.reduce.source import specialised_dims
+
+    assert specialised_dims("torch.randn(0, 1)\ntorch.ones((3, 1))\ntorch.full((1,), 1.0)\n") == 4
+    # full's value and arange's end are no sizes
+    assert specialised_dims("torch.full((2, 3), 1)\ntorch.arange(1)\ntorch.randn(4, 8)\n") == 0
+    assert specialised_dims("def (") == 0
+
+
+async def test_the_reducer_refuses_a_size_shrunk_to_zero_or_one_without_running_it(tmp_path):
+    """Seen by an agent: a reduced repro drifted to randn(0, 1), where Dynamo's specialised path ran and the
+    wrong value became 0/0."""
+    import time
+
+    from pt2_bug_basher.reduce.evaluate import FreshEvaluator
+    from pt2_bug_basher.reduce.ladder import Reference
+    from pt2_bug_basher.reduce.source import SourceReducer
+
+    store = Store(tmp_path / "state")
+    case = store.create_case(str(tmp_path), sys.executable, {})
+    script = tmp_path / "sized.py"
+    script.write_text(SIZED)
+    ref = Reference(case_id=case.case_id, script=script, args=[], signature=None, category="unknown",
+                    exception_type="ValueError", message="boom", env={}, duration_s=0.1, run_ids=[])
+
+    async def quiet(message: str) -> None:
+        return None
+
+    reducer = SourceReducer(ref, FreshEvaluator(case, {}, parallel=1), tmp_path / "work", cwd=tmp_path,
+                            name=script.name, timeout_s=60.0, deadline=time.monotonic() + 120.0, progress=quiet)
+    await reducer.run(SIZED)  # judges the original (it compiles nothing, so nothing reduces)
+    runs = reducer.stats.evaluations
+    assert not await reducer.interesting(SIZED.replace("randn(4, 8)", "randn(1, 8)"))
+    assert reducer.stats.evaluations == runs and reducer.stats.static_rejects == 1, reducer.stats
+    await reducer.interesting(SIZED.replace("randn(4, 8)", "randn(2, 8)"))  # run and judged
+    assert reducer.stats.evaluations == runs + 1 and reducer.stats.static_rejects == 1, reducer.stats

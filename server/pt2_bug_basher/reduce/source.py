@@ -52,6 +52,31 @@ _COMPILE_MARKERS = ("compile(", "optimize(", "export(", "_dynamo", "aot_")
 _COMPILER_KEYWORDS = ("backend", "mode", "fullgraph", "dynamic", "options")
 
 
+# factories whose positional ints (or first tuple) are a tensor's sizes
+_SHAPED_FACTORIES = frozenset({"randn", "rand", "ones", "zeros", "empty", "full"})
+
+
+def specialised_dims(source: str) -> int:
+    """Sizes of 0 or 1 the script gives its tensors: Dynamo specialises on them (and a size of 0 empties the
+    tensor), so a candidate with more of them than the repro runs other code than the bug's."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return 0
+    count = 0
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or not node.args:
+            continue
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+        if name not in _SHAPED_FACTORIES:
+            continue
+        first = node.args[0]
+        sizes = first.elts if isinstance(first, (ast.Tuple, ast.List)) else ([] if name == "full" else node.args)
+        count += sum(1 for s in sizes if isinstance(s, ast.Constant) and type(s.value) is int and s.value in (0, 1))
+    return count
+
+
 def compiler_settings(source: str) -> frozenset[str]:
     """`backend='eager'` and the like, as the script passes them to torch.compile (or optimize) calls."""
     try:
@@ -122,6 +147,7 @@ class SourceReducer:
             if static_filter and ref.script.exists() else []
         self._static_filter = static_filter
         self._settings: frozenset[str] = frozenset()  # the compiler settings of the source being reduced
+        self._specialised = 0  # its sizes of 0 or 1
         self._extra_path = [str(ref.script.parent)]
         self.oracle = ref.oracle(CANDIDATE, work_dir / name)
         # accuracy: an assertion may fail whatever the values are; only the compile-off run tells
@@ -147,6 +173,12 @@ class SourceReducer:
             return False
         if self._settings and not self._settings <= compiler_settings(source):
             # backend="eager" dropped: Inductor would run instead, a heavier repro of another setup
+            self.stats.static_rejects += 1
+            self.cache[key] = False
+            return False
+        if self._static_filter and specialised_dims(source) > self._specialised:
+            # a size shrunk to 0 or 1: Dynamo specialises it, another path than the bug's (an agent's repro
+            # drifted to randn(0, 1), where the wrong value became 0/0)
             self.stats.static_rejects += 1
             self.cache[key] = False
             return False
@@ -227,6 +259,7 @@ class SourceReducer:
         itself when the budget ran out before any candidate ran)."""
         start = normalise_source(source)
         self._settings = compiler_settings(start) if self._static_filter else frozenset()
+        self._specialised = specialised_dims(start)
         self._phase = "checking the original"
         if not await self.interesting(start):
             if self.stats.budget_exhausted and _digest(start) not in self.cache:
