@@ -52,6 +52,12 @@ _COMPILE_MARKERS = ("compile(", "optimize(", "export(", "_dynamo", "aot_")
 _COMPILER_KEYWORDS = ("backend", "mode", "fullgraph", "dynamic", "options")
 
 
+def _called_name(call: ast.Call) -> str:
+    """`compile` for torch.compile(...) and compile(...); "" for a call of anything else."""
+    func = call.func
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+
+
 # factories whose positional ints (or first tuple) are a tensor's sizes
 _SHAPED_FACTORIES = frozenset({"randn", "rand", "ones", "zeros", "empty", "full"})
 
@@ -67,8 +73,7 @@ def specialised_dims(source: str) -> int:
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call) or not node.args:
             continue
-        func = node.func
-        name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+        name = _called_name(node)
         if name not in _SHAPED_FACTORIES:
             continue
         first = node.args[0]
@@ -86,8 +91,7 @@ def compiler_settings(source: str) -> frozenset[str]:
     found = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
-            func = node.func
-            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            name = _called_name(node)
             if name in ("compile", "optimize"):
                 found |= {f"{k.arg}={ast.unparse(k.value)}" for k in node.keywords if k.arg in _COMPILER_KEYWORDS}
     return frozenset(found)
