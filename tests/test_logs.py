@@ -40,7 +40,10 @@ def breaks(summary: LogSummary) -> list[tuple[str, str | None, int]]:
 
 
 def test_every_category_has_a_preset_and_every_preset_is_valid():
+    from pt2_bug_basher.playbooks import IN_LAYER
+
     assert set(CATEGORIES) <= set(PRESETS)
+    assert set(IN_LAYER.values()) <= set(PRESETS)  # a (category, layer)'s preset is one run_with_logs takes
     for name, spec in PRESETS.items():
         assert resolve_logs(name, COMPONENTS, ARTIFACTS) == spec
         # the spec itself passes validation unchanged

@@ -395,34 +395,28 @@ class Focus(_Frozen):
     test_files: list[str]
 
 
-class InLayer(_Frozen):
-    """A category in a layer its playbook is not written for, where the layer's own (written for its crashes)
-    does not fit either: the category's playbook with the layer's files, and a preset of its own."""
-
-    playbook: str
-    logs: str = Field(description="a key of LAYER_PRESETS")
-
-
-IN_LAYER: dict[tuple[str, str], InLayer] = {
+# A category in a layer its playbook is not written for, where the layer's own playbook (written for its crashes)
+# does not fit either: the category's playbook with the layer's files, and this step-6 preset (a LAYER_PRESETS key).
+IN_LAYER: dict[tuple[str, str], str] = {
     # a wrong value Dynamo produced: no traced instruction fails (+dynamo is for that); the graph it captured, the
     # bytecode around it and the mutations it replays show where the value went wrong
-    ("accuracy", "Dynamo"): InLayer(playbook="accuracy", logs="dynamo_wrong_result"),
+    ("accuracy", "Dynamo"): "dynamo_wrong_result",
 }
 
 
 def focus(category: str | None, layer: str | None) -> Focus:
     """The playbook and the files for a category, once localize's layer is known: a blind spot's where the bug
-    lies outside the graph; IN_LAYER's playbook with the layer's files; the category's own when it is written for
-    that layer first; the layer's first when it covers the layer too; else only the layer's."""
+    lies outside the graph; for an IN_LAYER pair, the category's own with the layer's files; the category's own
+    when it is written for that layer first; the layer's first when it covers the layer too; else only the
+    layer's."""
     spot = blind_spot(category, layer)
     if spot is not None:
         return Focus(playbook=spot.playbook, source_files=list(spot.source_files), test_files=list(spot.test_files))
     own = PLAYBOOKS.get(category or "") or PLAYBOOKS["unknown"]
     mine = Focus(playbook=own.category, source_files=list(own.source_files), test_files=list(own.test_files))
     area = LAYERS.get(layer or "")
-    within = IN_LAYER.get((category or "", layer or ""))
-    if area is not None and within is not None:
-        return Focus(playbook=within.playbook, source_files=list(area.source_files), test_files=list(area.test_files))
+    if area is not None and (own.category, layer) in IN_LAYER:
+        return Focus(playbook=own.category, source_files=list(area.source_files), test_files=list(area.test_files))
     if area is None or own.category == USER_ERROR:
         return mine
     covers = COVERS.get(own.category, ())
@@ -438,9 +432,8 @@ def log_preset(category: str | None, layer: str | None = None) -> str:
     """The logs preset for the case's step 6, per (category, layer): IN_LAYER's first, then the category's own
     when its playbook covers localize's layer, else the layer's (the recompile preset when the guards run flagged
     a stale entry, the AOT graphs for AOTAutograd); the general one when neither has a preset."""
-    within = IN_LAYER.get((category or "", layer or ""))
-    if within is not None:
-        return within.logs
+    if (category or "", layer or "") in IN_LAYER:
+        return IN_LAYER[(category or "", layer or "")]
     own = PLAYBOOKS.get(category or "")
     area = LAYERS.get(layer or "")
     if area is not None and own is not None and own.category != USER_ERROR \
