@@ -38,6 +38,8 @@ from pt2_bug_basher.case.config import ServerConfig  # noqa: E402
 BISECTOR_TIMEOUT_S = 3600
 # localize on an Inductor mutant takes minutes here; a stall, far longer
 STALL_REPORT_S = float(os.environ.get("BENCH_STALL_REPORT_S", 900.0))
+# set to print localize's progress messages, timed, to stderr: where a cut run spent its time
+TRACE_PROGRESS = bool(os.environ.get("BENCH_TRACE_PROGRESS"))
 
 
 def rank(suspects: list[dict], guilty: str) -> int | None:
@@ -61,9 +63,14 @@ async def ours(root: Path, checkout: Path, python: Path, script: Path, state: Pa
         if not (run.structured_content or {}).get("reproduced"):
             return {"error": "did not reproduce: " + run.content[0].text[:400]}
         started = time.monotonic()
+
+        async def trace(progress: float, total: float | None, message: str | None) -> None:
+            if TRACE_PROGRESS and message:
+                print(f"[{time.monotonic() - started:7.1f}s] {message}", file=sys.stderr, flush=True)
+
         async with anyio.create_task_group() as group:
             group.start_soon(_stall_report, STALL_REPORT_S)
-            result = await client.call_tool("localize", {"case_id": case_id})
+            result = await client.call_tool("localize", {"case_id": case_id}, progress_callback=trace)
             group.cancel_scope.cancel()
         seconds = time.monotonic() - started
     if result.is_error:
