@@ -89,6 +89,11 @@ async def test_the_whole_method_on_a_torch_checkout(torch_checkout: TorchCheckou
         assert failure["exception_type"].endswith("InternalTorchDynamoError")
         assert "reverse" in failure["message"]
         assert "reproduce" in repro["recorded"]
+        # a develop build: the frame's function that the last commit changed comes first, naming that commit
+        top = repro["suspects"][0]
+        assert top["function"].endswith("call_sorted") and "recent_change" in top["evidence"], repro["suspects"]
+        assert torch_checkout.planted_commit[:12] in top["why"] and "HEAD itself" in top["why"], top
+        assert any(torch_checkout.planted_commit[:12] in note for note in repro["notes"]), repro["notes"]
 
         # Step 3 is waived; step 4 refuses the catch-all file first.
         await refused(client, "register_test", "step 3", "waive_step(", **args, test_file=TEST_FILE,

@@ -90,7 +90,7 @@ def _ops_changed_by_a_commit(tmp_path: Path) -> Path:
 def test_a_suspect_function_changed_by_a_recent_commit_is_named_and_an_old_one_is_not(tmp_path: Path):
     from pt2_bug_basher.analysis.suspects import enclosing_function
     from pt2_bug_basher.execution.gitstate import recent_change
-    from pt2_bug_basher.steps.localize import change_sentence, recent_changes
+    from pt2_bug_basher.execution.history import change_sentence, recent_changes
 
     assert enclosing_function(OPS, 8) == (7, 8)  # the nested function, not its parent
     assert enclosing_function(OPS, 9) == (5, 9)  # from the decorator down
@@ -120,7 +120,7 @@ def test_a_suspect_function_changed_by_a_recent_commit_is_named_and_an_old_one_i
 
 def test_suspects_a_recent_commit_changed_come_first_and_say_which_commit(tmp_path: Path):
     from pt2_bug_basher.domain.evidence import Suspect
-    from pt2_bug_basher.steps.localize import changed_first, recent_changes
+    from pt2_bug_basher.execution.history import changed_first, recent_changes
 
     repo = _ops_changed_by_a_commit(tmp_path)
     lowering = Suspect(file="torch/ops.py", line=2, function="helper", why="implements the lowering")

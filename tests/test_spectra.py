@@ -312,7 +312,8 @@ def test_recently_changed_lines_the_failing_runs_ran_name_their_function(tmp_pat
     only the failing runs ran is named, with the commit, even when the spectra alone tie it with others."""
     from pt2_bug_basher.analysis.spectra import changed_lines_ran
     from pt2_bug_basher.execution.gitstate import recently_changed_lines
-    from pt2_bug_basher.steps.localize import changed_functions_ran, recent_changes
+    from pt2_bug_basher.execution.history import recent_changes
+    from pt2_bug_basher.steps.localize import changed_functions_ran
 
     _unlift_changed_by_a_commit(tmp_path)
     file = "torch/export/unlift.py"
@@ -340,7 +341,8 @@ def test_with_no_passing_run_only_the_users_own_changes_that_ran_are_named(tmp_p
     """No run passed, so the spectra cannot contrast anything: a change the failing runs ran is named only when
     it is the user's own (a commit no remote branch holds, or an uncommitted edit), never a pushed commit."""
     from pt2_bug_basher.execution.gitstate import recent_change, unpushed_changed_lines
-    from pt2_bug_basher.steps.localize import change_sentence, changed_functions_ran, recent_changes
+    from pt2_bug_basher.execution.history import change_sentence, recent_changes
+    from pt2_bug_basher.steps.localize import changed_functions_ran
 
     repo, path = _unlift_changed_by_a_commit(tmp_path)
     file = "torch/export/unlift.py"
@@ -376,7 +378,8 @@ def test_a_pushed_change_since_the_commit_where_the_repro_passed_is_named_withou
     are suspects although the commit is pushed and no run passed, and those that no failing run ran are not."""
     from pt2_bug_basher.domain.errors import InvalidInput
     from pt2_bug_basher.execution.gitstate import good_commit
-    from pt2_bug_basher.steps.localize import Since, changed_functions_ran, recent_changes
+    from pt2_bug_basher.execution.history import recent_changes
+    from pt2_bug_basher.steps.localize import Since, changed_functions_ran
 
     repo, _path = _unlift_changed_by_a_commit(tmp_path)
     repo.git.update_ref("refs/remotes/origin/main", "HEAD")  # upstream history

@@ -3,10 +3,8 @@ below the failing backend, then suspects in torch's source."""
 
 from __future__ import annotations
 
-import shlex
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -34,12 +32,18 @@ from pt2_bug_basher.domain.names import CLOSED, Step, ToolName
 from pt2_bug_basher.execution.cpus import usable_cpus
 from pt2_bug_basher.execution.gitstate import (
     RECENT_COMMITS,
-    RecentChange,
     changed_lines_since,
     good_commit,
-    recent_change,
     recently_changed_lines,
     unpushed_changed_lines,
+)
+from pt2_bug_basher.execution.history import (
+    MAX_BLAMED,
+    FunctionChange,
+    change_sentence,
+    changed_first,
+    holds,
+    recent_changes,
 )
 from pt2_bug_basher.execution.runs import LAUNCHER, ProgressFn, ignore_progress
 from pt2_bug_basher.execution.state import AppState
@@ -289,7 +293,7 @@ def _explain(result: LocalizeResult, changes: list[FunctionChange]) -> None:
     if result.circumstances:
         result.meaning += f" Near-miss variants: the repro {'; '.join(result.circumstances)}."
     changed = [change_sentence(change) for change in changes]
-    if changed and result.suspects and _holds(changes[0], result.suspects[0]):
+    if changed and result.suspects and holds(changes[0], result.suspects[0]):
         # the first suspect already says which commit changed it
         result.meaning += f" The change to read once the test fails: {changes[0].read()}."
         result.notes += changed
@@ -326,34 +330,8 @@ def spectral(spectra: list[Spectrum]) -> list[tuple[Suspect, int]]:
     return spectrum_suspects(ranked, SPECTRUM_FORMULA, failing, len(spectra) - failing)
 
 
-MAX_BLAMED = 3  # suspects whose recent history is read (git blame of each function, four at a time)
 MAX_CHANGED_RAN = 3  # ... and functions whose recently changed lines the failing runs ran
 MAX_BLAMED_CODEGEN = 8  # ... and code-generation functions that ran only with the culprit
-
-
-@dataclass(frozen=True)
-class FunctionChange:
-    """A suspect function that one of the last commits of HEAD changed."""
-
-    file: str
-    first: int
-    last: int
-    function: str
-    change: RecentChange
-    reached: str | None = None
-    """how the spectra reached it (None: a suspect, or code generation that ran only with the culprit)"""
-
-    def when(self) -> str:
-        back = self.change.commits_before_head
-        return "in the working tree" if self.change.uncommitted else "HEAD itself" if back == 0 else \
-            f"{back} commit(s) before HEAD"
-
-    def by(self) -> str:
-        return "uncommitted edits" if self.change.uncommitted else f"{self.change.commit} \"{self.change.subject}\""
-
-    def read(self) -> str:
-        """The git command that shows the change."""
-        return f"git diff -- {shlex.quote(self.file)}" if self.change.uncommitted else f"git show {self.change.commit}"
 
 
 @dataclass(frozen=True)
@@ -421,63 +399,6 @@ def changed_functions_ran(repo: Path, spectra: list[Spectrum], since: Since | No
                  "; the change is yours (no remote branch holds it), so it counts whatever the passing runs ran")
         out.append(ChangedRan(file, top.line, function, f"changed lines {numbers} {ran}{whose}"))
     return out
-
-
-def recent_changes(repo: Path, places: list[tuple[str, int, str]],
-                   reached: dict[tuple[str, str], str] | None = None,
-                   within: int = RECENT_COMMITS) -> list[FunctionChange]:
-    """The suspect functions that one of the last commits of HEAD changed (a regression's likeliest cause),
-    most recently changed first. Functions outside the repository, or changed long ago, are left out."""
-    from pt2_bug_basher.analysis.suspects import enclosing_function, function_spans
-
-    spans: dict[str, list[tuple[int, int]]] = {}  # each file read and parsed once
-    functions: dict[tuple[str, int, int], str] = {}
-    for file, line, function in places:
-        path = repo / file
-        if file not in spans and path.is_file():
-            spans[file] = function_spans(path.read_text(errors="replace"))
-        if file in spans:
-            first, last = enclosing_function(spans[file], line)
-            functions.setdefault((file, first, last), function)
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        found = list(pool.map(lambda place: recent_change(repo, place[0], place[1], place[2], within=within),
-                              functions))
-    how = reached or {}
-    changes = [FunctionChange(file, first, last, function, change, how.get((file, function)))
-               for ((file, first, last), function), change in zip(functions.items(), found, strict=True) if change]
-    return sorted(changes, key=lambda c: c.change.commits_before_head)
-
-
-def change_sentence(c: FunctionChange) -> str:
-    return (f"{c.function} ({c.file}:{c.first}-{c.last}) was changed by {c.by()} ({c.change.date}, {c.when()}, "
-            f"within the last {RECENT_COMMITS}): read that change first ({c.read()}).")
-
-
-def _holds(change: FunctionChange, suspect: Suspect) -> bool:
-    return suspect.file == change.file and suspect.line is not None and change.first <= suspect.line <= change.last
-
-
-def changed_first(suspects: list[Suspect], changes: list[FunctionChange]) -> list[Suspect]:
-    """The suspects with the recently changed functions first (most recent change first), each saying which
-    commit changed it; a changed code-generation function the list lacks joins it there. The rest keep
-    their order."""
-    if not changes:
-        return suspects
-    front: list[Suspect] = []
-    rest = list(suspects)
-    for c in changes:
-        said = f"changed by {c.by()} ({c.when()})"
-        held = [s for s in rest if _holds(c, s)]
-        if held:
-            for s in held:
-                rest.remove(s)
-                front.append(s.model_copy(update={"why": f"{s.why}; {said}",
-                                                  "evidence": [*s.evidence, "recent_change"]}))
-        else:
-            reach = c.reached or "ran only with the culprit lowered (code generation)"
-            front.append(Suspect(file=c.file, line=c.first, function=c.function, why=f"{said}; {reach}",
-                                 evidence=["recent_change", "spectrum" if c.reached else "codegen"]))
-    return front + rest
 
 
 def _reproduction_errors(state: AppState, ref: Reference) -> str:

@@ -15,6 +15,7 @@ from pt2_bug_basher.domain.errors import InvalidInput
 from pt2_bug_basher.domain.evidence import ReproduceEvidence
 from pt2_bug_basher.domain.names import USER_ERROR, Step, ToolName
 from pt2_bug_basher.execution.gitstate import tree_hash
+from pt2_bug_basher.execution.history import blamed_first, change_sentence
 from pt2_bug_basher.execution.repro import (
     SILENT_LOGS,
     RunWithLogsResult,
@@ -100,6 +101,10 @@ async def run_and_record(
     note = copy_note(CaseScript(script, origin))
     if note:
         result.notes.append(note)
+    if result.suspects and (case.env.get("torch") or {}).get("imported_from_repo"):
+        # a develop build: say which recent commit changed a frame's function, as localize would
+        result.suspects, changes = await anyio.to_thread.run_sync(blamed_first, Path(case.repo), result.suspects)
+        result.notes += [change_sentence(c) for c in changes[:1]]
     tree = await anyio.to_thread.run_sync(tree_hash, Path(case.repo)) if result.reproduced else None
     record(store, case, script, args, result, digest, origin, tree)
     logs_step.record(store, case, result, logs_spec, main_check_done)
