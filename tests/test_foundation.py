@@ -106,6 +106,28 @@ async def test_check_env_warns_of_an_installed_torch_only_for_a_pytorch_checkout
     assert "not from the repository" in data["warnings"][0] and "develop build" in data["warnings"][0]
 
 
+async def test_check_env_warns_when_the_test_harness_cannot_be_imported(server, workspace):
+    """An interpreter with torch but no expecttest: torch's TestCase cannot be imported there, so the unit-test
+    steps would fail at collection; check_env says so with the install command, before any test is written."""
+    import sysconfig
+    import venv
+
+    env_dir = workspace / "no-expecttest"
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(env_dir)
+    python = env_dir / "bin" / "python"
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    (Path(purelib) / "ours.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    (Path(purelib) / "zz_block.pth").write_text("import sys; sys.modules['expecttest'] = None\n")
+    assert subprocess.run([str(python), "-c", "import expecttest"], capture_output=True).returncode != 0
+    async with Client(server) as client:
+        data = (await client.call_tool("check_env", {"python": str(python)})).structured_content
+    assert data["ok"] is True, data
+    [warning] = [w for w in data["warnings"] if "expecttest" in w]
+    # only what is missing is installed
+    assert warning.endswith(f"{python} -m pip install expecttest") and "register_test" in warning, warning
+
+
 async def test_check_env_without_torch_is_not_ok_and_opens_no_case(server, venv_without_torch):
     async with Client(server) as client:
         result = await client.call_tool("check_env", {"python": str(venv_without_torch / "bin" / "python")})

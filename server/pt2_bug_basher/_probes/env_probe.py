@@ -3,6 +3,7 @@
 Lives alone in its folder so that running it puts nothing else on sys.path.
 """
 
+import importlib.util
 import json
 import os
 import platform
@@ -16,6 +17,8 @@ report = {
     "prefix": sys.prefix,
     "platform": platform.platform(),
     "torch_ok": False,
+    # what torch's test harness (common_utils) and the test runs import: the unit-test steps need them
+    "test_modules_missing": [m for m in ("expecttest", "numpy", "pytest") if importlib.util.find_spec(m) is None],
 }
 started = time.perf_counter()
 try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import sys
 from dataclasses import dataclass
@@ -251,6 +252,13 @@ async def probe(
             f"the repository {repo} is not a PyTorch checkout (no torch/__init__.py): reproducing, classifying "
             "and localizing work; the unit test, the main check and the fix need check_env(repo=<a PyTorch "
             "checkout>, ...) with an interpreter that imports torch from it."
+        )
+    if data.get("test_modules_missing"):
+        missing = " ".join(data["test_modules_missing"])
+        base.warnings.append(
+            f"{missing} cannot be imported by {base.python}: register_test and run_tests need them (torch's test "
+            f"harness, torch.testing._internal.common_utils, imports expecttest and numpy; the tests run under "
+            f"pytest). Install them there first: {shlex.quote(base.python)} -m pip install {missing}"
         )
     if data.get("log_registry_error"):
         base.warnings.append(f"TORCH_LOGS names could not be read: {data['log_registry_error']}")
