@@ -311,14 +311,16 @@ def _counting_env(application: Application | None) -> dict[str, str] | None:
 
 async def _search(trials: _Trials, sub: Subsystem, count: int, known: list[Application] | None = None,
                   calls: dict[int, dict[str, int] | None] | None = None,
-                  ) -> tuple[int | None, dict[int, list[Application]], tuple[int, int]]:
+                  ) -> tuple[int | None, dict[int, list[Application]], tuple[int, int], bool]:
     """Smallest m such that applications 0..m on (the rest off) fail the case's way.
 
     f(-1) is known false (all off fixes it) and f(count-1) is taken as true (all on is the reproduction)
-    until a trial shows otherwise; each round probes as many points as there are cores, evenly spread
-    over the open range. The answer is always a point some trial saw fail. `known`: the applications the
-    all-off trial saw; a probe at m counts the calls of application m's helpers (into `calls`), so the
-    answer's trial is also its confirming one.
+    until a trial shows otherwise: when it passes there are more applications than counted, and the range
+    doubles; when it fails another way, counting does not reproduce the failure and the search stops (the
+    last value: True). Each round probes as many points as there are cores, evenly spread over the open
+    range. The answer is always a point some trial saw fail. `known`: the applications the all-off trial
+    saw; a probe at m counts the calls of application m's helpers (into `calls`), so the answer's trial is
+    also its confirming one.
     """
     lo, hi = -1, max(count - 1, 0)
     seen: dict[int, list[Application]] = {}
@@ -326,39 +328,41 @@ async def _search(trials: _Trials, sub: Subsystem, count: int, known: list[Appli
     width = max(1, int(trials.limiter.total_tokens))
     while True:
         if hi == lo + 1 and hi in seen:
-            return hi, seen, (lo, hi)
+            return hi, seen, (lo, hi), False
         if time.monotonic() > trials.deadline:
-            return None, seen, (lo, hi)
+            return None, seen, (lo, hi), False
         span = hi - lo
         points = sorted({lo + round(k * span / (width + 1)) for k in range(1, width + 1)})
         points = [p for p in points if lo < p < hi] or [hi]
-        fails: dict[int, bool | None] = {}
+        outcomes: dict[int, str] = {}
         async with anyio.create_task_group() as group:
             for point in points:
-                group.start_soon(_probe, trials, sub, point, seen, fails, _counting_env(by_counter.get(point)),
+                group.start_soon(_probe, trials, sub, point, seen, outcomes, _counting_env(by_counter.get(point)),
                                  calls if calls is not None else {})
-        if any(value is None for value in fails.values()):
-            return None, seen, (lo, hi)
-        failing = [p for p in sorted(fails) if fails[p]]
+        if "skipped" in outcomes.values():
+            return None, seen, (lo, hi), False
+        failing = [p for p in sorted(outcomes) if outcomes[p] == "same failure"]
         if failing:
             hi = failing[0]
-            lo = max([lo, *(p for p in fails if not fails[p] and p < hi)])
-        elif max(fails) >= hi:  # all counted applications on and it passes: there are more than counted
+            lo = max([lo, *(p for p in outcomes if p < hi)])
+        elif max(outcomes) >= hi and outcomes[hi] == "different failure":
+            return None, seen, (lo, hi), True  # all counted applications on, and it fails another way
+        elif max(outcomes) >= hi:  # all counted applications on and it passes: there are more than counted
             if hi >= MAX_APPLICATIONS:
-                return None, seen, (lo, hi)
+                return None, seen, (lo, hi), False
             lo, hi = hi, 2 * hi + 1
         else:
-            lo = max(fails)
+            lo = max(outcomes)
 
 
 async def _probe(trials: _Trials, sub: Subsystem, point: int, seen: dict[int, list[Application]],
-                 fails: dict[int, bool | None], counting: dict[str, str] | None,
+                 outcomes: dict[int, str], counting: dict[str, str] | None,
                  calls: dict[int, dict[str, int] | None]) -> None:
     trial, apps = await trials.run(sub, point, counting)
     seen[point] = apps
     if counting is not None:
         calls[point] = trials.last_calls  # set by this very run: no await in between
-    fails[point] = None if trial.outcome == "skipped" else trial.outcome == "same failure"
+    outcomes[point] = trial.outcome
 
 
 async def bisect_below(store: Store, case: CaseRecord, ref: Reference, script: Path, backend: str, *,
@@ -421,10 +425,18 @@ async def _bisect(trials: _Trials, subsystems: list[Subsystem], backend: str, no
     single = await _single_application(trials, fixer, off_apps[0]) if len(off_apps) == 1 else None
     found: int | None
     calls: dict[int, dict[str, int] | None] = {}
+    differs = False
     if single is not None:
         found, seen, (lo, hi) = 0, single, (-1, 0)
     else:
-        found, seen, (lo, hi) = await _search(trials, fixer, len(off_apps), off_apps, calls)
+        found, seen, (lo, hi), differs = await _search(trials, fixer, len(off_apps), off_apps, calls)
+    if found is None and differs:
+        return report(subsystem=fixer.name, kind="bisect", applications=len(off_apps), candidates=off_apps[:20],
+                      result=f"BisectionResult(backend={backend!r}, subsystem={fixer.name!r})",
+                      meaning=f"switching off {fixer.name} fixes it, but with its {len(off_apps)} counted "
+                              f"application(s) switched on one by one it fails another way, all of them on "
+                              f"included: no single application reproduces the failure, so the bisector names "
+                              f"the subsystem alone (its applications are listed in candidates).")
     if found is None:
         left = [a for a in (seen.get(hi) or off_apps) if lo < a.counter <= hi][:20]
         return report(subsystem=fixer.name, kind="bisect", applications=len(off_apps), candidates=left,
