@@ -202,6 +202,7 @@ async def test_the_whole_method_on_a_torch_checkout(torch_checkout: TorchCheckou
         assert {s["path"] for s in done["diff_stat"]} >= {BUILTIN, TEST_FILE}
         assert done["waivers"] == [{"step": "reduce", "reason": "the repro is already six lines long"}]
         assert done["celebration"].strip() and "## Root cause" in done["summary"]
+        assert 'make_worktree(case_id="' in done["next_step"] and 'action="remove"' in done["next_step"]
         status = await ok(client, "get_workflow", **args)
         assert all(step(status, s) in ("done", "waived", "agent") for s in
                    ("environment", "reproduce", "reduce", "test", "main_check", "logs", "classify", "verify",

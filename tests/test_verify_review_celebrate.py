@@ -18,6 +18,7 @@ from torch_checkout import add_test, fix_mini_bug, git
 from pt2_bug_basher.execution import review
 from pt2_bug_basher.execution.pytest import nearby, results
 from pt2_bug_basher.execution.pytest.session import PLUGIN, PLUGIN_DIR
+from pt2_bug_basher.execution.worktrees import worktree_path
 
 pytestmark = pytest.mark.anyio
 
@@ -151,6 +152,9 @@ async def test_verify_review_celebrate(mini: Mini):
         named = re.findall(r"`((?:test|torch)/[\w./-]+)`( \(upstream, not in this checkout\))?", checklist)
         assert len(named) > 5 and all(marked or (mini.repo / rel).exists() for rel, marked in named), named
 
+        # the agent removed the main worktree already: celebrate does not ask for it again
+        removed = await call(client, "make_worktree", case_id=case_id, action="remove", ref="main")
+        assert not removed.is_error, removed.content
         done = await call(client, "celebrate", case_id=case_id,
                           root_cause="double() rejected inputs above 10 with a ValueError it never needed.",
                           fix_summary="Drop the bogus validation so double() handles every number again.")
@@ -165,6 +169,8 @@ async def test_verify_review_celebrate(mini: Mini):
         assert data["waivers"] == [{"step": "reduce", "reason": "the repro is already two lines long"}]
         assert data["celebration"].strip()
         assert "The change is not committed yet (pkg/ops.py, test/test_ops.py" in data["next_step"]
+        assert not worktree_path(mini.store, case_id, "main").exists()
+        assert "make_worktree" not in data["next_step"], data["next_step"]
         assert not re.search(r"\bcommit (the|them|what)\b", data["next_step"] + str(data["worktree_warnings"]),
                              re.I), data
         assert any(w.startswith("not committed yet: pkg/ops.py") for w in data["worktree_warnings"])

@@ -29,6 +29,7 @@ from pt2_bug_basher.domain.names import Step, ToolName
 from pt2_bug_basher.execution.gitstate import still_untracked, uncommitted_files
 from pt2_bug_basher.execution.review import FileStat, is_test_path, not_committed_note
 from pt2_bug_basher.execution.state import AppState
+from pt2_bug_basher.execution.worktrees import worktree_path
 from pt2_bug_basher.playbooks import EXPORT
 
 ROTATION_KEY = "celebrations:recent"
@@ -140,8 +141,11 @@ async def celebrate(state: AppState, case_id: str, root_cause: str, fix_summary:
             "belong to the fix, others be scratch. " if untracked else "")
     tidy += not_committed_note(uncommitted)
     result.next_step = (f"Done. Share the celebration and the summary with the user; the summary doubles as the PR "
-                        f"description. {tidy}Remove the worktree when you no longer need it: "
-                        + format_call(ToolName.make_worktree, case_id=case_id, action="remove", ref=main_ref))
+                        f"description. {tidy}")
+    if worktree_path(state.store, case_id, main_ref).exists():  # none when the main check was waived
+        result.next_step += "Remove the worktree when you no longer need it: " + format_call(
+            ToolName.make_worktree, case_id=case_id, action="remove", ref=main_ref)
+    result.next_step = result.next_step.rstrip()
     return result
 
 
