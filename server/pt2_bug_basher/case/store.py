@@ -85,6 +85,11 @@ class CaseRecord:
     python: str
     env: dict[str, Any]
 
+    @property
+    def torch_from_repo(self) -> bool:
+        """check_env saw torch imported from the repository (a develop build)."""
+        return bool((self.env.get("torch") or {}).get("imported_from_repo"))
+
 
 @dataclass(frozen=True)
 class EvidenceRecord:

@@ -77,7 +77,7 @@ async def make_worktree(state: AppState, case_id: str, action: str = "create", r
     flow = await state.gate(ToolName.make_worktree, case_id)
     case = flow.case
     test = registered_test(flow)
-    torch_from_repo = bool((case.env.get("torch") or {}).get("imported_from_repo"))
+    torch_from_repo = case.torch_from_repo
     # the test as copied into the worktree (its file's other tests left out)
     test_digest = python_source_digest(Path(case.repo) / test.test_file, test_function_of(test.node_id))
     created = await worktrees.create(state.store, case, ref, test.test_file, torch_from_repo, force=force)

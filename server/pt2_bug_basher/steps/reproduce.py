@@ -101,7 +101,7 @@ async def run_and_record(
     note = copy_note(CaseScript(script, origin))
     if note:
         result.notes.append(note)
-    if result.suspects and (case.env.get("torch") or {}).get("imported_from_repo"):
+    if result.suspects and case.torch_from_repo:
         # a develop build: say which recent commit changed a frame's function, as localize would
         result.suspects, changes = await anyio.to_thread.run_sync(blamed_first, Path(case.repo), result.suspects)
         result.notes += [change_sentence(c) for c in changes[:1]]

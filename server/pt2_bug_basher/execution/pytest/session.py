@@ -162,8 +162,7 @@ def repo_cwd(case: CaseRecord, repo: Path, test_file: str | None) -> tuple[Path,
     """Where to run pytest on the primary checkout. From the repository root, unless that root holds
     a torch/ package that is not the torch the case imports (an installed build beside a checkout):
     `python -m pytest` puts its working directory first on the path, which would shadow it."""
-    torch_from_repo = bool((case.env.get("torch") or {}).get("imported_from_repo"))
-    if torch_from_repo or not (repo / "torch" / "__init__.py").is_file():
+    if case.torch_from_repo or not (repo / "torch" / "__init__.py").is_file():
         return repo, []
     cwd = (repo / test_file).parent if test_file else repo / "test"
     return (cwd if cwd.is_dir() else repo), [
