@@ -165,7 +165,8 @@ def _first_line(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
 NONE_USED = re.compile(r"\bNoneType\b")
 
 
-def _call_name(node: ast.expr) -> str | None:
+def callee_name(node: ast.expr) -> str | None:
+    """The name a call's function expression ends in: `compile` for `torch.compile` and for `compile`."""
     if isinstance(node, ast.Name):
         return node.id
     return node.attr if isinstance(node, ast.Attribute) else None
@@ -282,7 +283,7 @@ def none_producer(frame: Frame, raised: str, message: str) -> Suspect | None:
         return None
     scope: ast.AST = innermost_function(tree, frame.line) or tree
     called = _produced_by(scope, frame.line, message)
-    name = _call_name(called) if called is not None else None
+    name = callee_name(called) if called is not None else None
     # a bare name may be a closure of the line's scope; an attribute (`self.f`) never is
     nested = _enclosing_definition(tree, frame.line, called.id) if isinstance(called, ast.Name) else None
     found = (path, *nested) if nested else _definition(path, name, torch_root) if name else None

@@ -40,6 +40,7 @@ import anyio.from_thread
 import anyio.to_thread
 
 from pt2_bug_basher.analysis.compare import CANDIDATE
+from pt2_bug_basher.analysis.suspects import callee_name
 from pt2_bug_basher.execution.repro import COMPILE_OFF_ENV
 from pt2_bug_basher.reduce.evaluate import Evaluator
 from pt2_bug_basher.reduce.ladder import Reference
@@ -50,12 +51,6 @@ PROGRESS_EVERY_S = 10.0
 _COMPILE_MARKERS = ("compile(", "optimize(", "export(", "_dynamo", "aot_")
 # torch.compile's arguments that choose what runs: a candidate that drops or changes one tests another compiler
 _COMPILER_KEYWORDS = ("backend", "mode", "fullgraph", "dynamic", "options")
-
-
-def _called_name(call: ast.Call) -> str:
-    """`compile` for torch.compile(...) and compile(...); "" for a call of anything else."""
-    func = call.func
-    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
 
 
 # factories whose positional ints (or first tuple) are a tensor's sizes
@@ -73,7 +68,7 @@ def specialised_dims(source: str) -> int:
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call) or not node.args:
             continue
-        name = _called_name(node)
+        name = callee_name(node.func)
         if name not in _SHAPED_FACTORIES:
             continue
         first = node.args[0]
@@ -91,7 +86,7 @@ def compiler_settings(source: str) -> frozenset[str]:
     found = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
-            name = _called_name(node)
+            name = callee_name(node.func)
             if name in ("compile", "optimize"):
                 found |= {f"{k.arg}={ast.unparse(k.value)}" for k in node.keywords if k.arg in _COMPILER_KEYWORDS}
     return frozenset(found)
