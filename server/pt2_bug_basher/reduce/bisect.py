@@ -433,10 +433,10 @@ async def _bisect(trials: _Trials, subsystems: list[Subsystem], backend: str, no
     if found is None and differs:
         return report(subsystem=fixer.name, kind="bisect", applications=len(off_apps), candidates=off_apps[:20],
                       result=f"BisectionResult(backend={backend!r}, subsystem={fixer.name!r})",
-                      meaning=f"switching off {fixer.name} fixes it, but with its {len(off_apps)} counted "
-                              f"application(s) switched on one by one it fails another way, all of them on "
-                              f"included: no single application reproduces the failure, so the bisector names "
-                              f"the subsystem alone (its applications are listed in candidates).")
+                      meaning=f"switching off {fixer.name} fixes it, but with only its first applications on, "
+                              f"up to all {len(off_apps)} it counted, it fails another way: no count of them "
+                              f"reproduces the failure, so the bisector names the subsystem alone (its "
+                              f"applications are listed in candidates).")
     if found is None:
         left = [a for a in (seen.get(hi) or off_apps) if lo < a.counter <= hi][:20]
         return report(subsystem=fixer.name, kind="bisect", applications=len(off_apps), candidates=left,
