@@ -1,6 +1,6 @@
 """Run a script under coverage.py, recording which lines of torch's compiler packages ran.
 
-    python spectrum.py --out FILE.json [--coverage-path DIR] [--none-returns] -- script.py [args...]
+    python spectrum.py --out FILE.json [--coverage-path DIR] [--none-returns | --fx-writers] -- script.py [args...]
 
 The script (often launcher.py, which then runs the repro) runs as `__main__` exactly as it would
 alone; its exit status and traceback are its own. On exit, FILE.json holds
@@ -12,13 +12,19 @@ wanted (an explicit `return None`; a bare return or the end of the body in a fun
 elsewhere) before the exception that ended the run was raised, most recent first:
 {"none_returns": [{"file", "function", "first_line", "line", "shared", "meet"}, ...]}: "shared" counts the
 frames of the exception's traceback (outermost first, down its causes) to the deepest one that was also a
-caller of that return, "meet" (0 and None when none was). Runs in the interpreter
+caller of that return, "meet" (0 and None when none was). `--fx-writers` records, while FX generates the Python
+code of a graph (`CodeGen._gen_python_code`, under a profile hook), which function of torch/fx wrote each piece of
+it: {"fx_code": {"failing": [{"file", "line", "text"}, ...] (the exception's frames in FX-generated code, innermost
+first), "message": "...", "graphs": [{"src": the generated code, "fragments": [[file, function, first_line, line,
+text, "append" or "return"], ...] in the order written}, ...] (the last graphs generated, and the one that raised,
+most recent last)}}. Runs in the interpreter
 under investigation; imports nothing from pt2_bug_basher. Also run in children of the fork server.
 """
 
 from __future__ import annotations
 
 import dis
+import functools
 import importlib.util
 import inspect
 import json
@@ -26,7 +32,7 @@ import linecache
 import os
 import sys
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 
 # torch's compiler: the packages whose lines make a run's spectrum (fx includes symbolic shapes)
 PACKAGES = ("_dynamo", "_functorch", "_inductor", "fx", "_decomp", "_refs", "_prims", "_higher_order_ops",
@@ -150,6 +156,112 @@ class _NoneReturns:
         return out
 
 
+MAX_GRAPHS = 64  # the graphs whose generated code is kept, most recent last
+MAX_FRAGMENT = 2000
+MAX_FRAGMENTS = 50_000  # a graph's, reported
+MAX_REPORTED_GRAPHS = 4
+GENERATED_PREFIX = "<eval_with_key>"  # the file name FX gives the code it generates and runs
+
+
+class _FxWriters:
+    """A profile hook, on only while FX generates a graph's Python code: each string a function under `root`
+    (torch/fx) returned or appended to a list is a fragment of that code, recorded with the function and line
+    that wrote it."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self.graphs: deque = deque(maxlen=MAX_GRAPHS)  # (src, fragments)
+        self.open: list[list] = []  # the fragments of each code generation in progress, innermost last
+
+    def __call__(self, frame, event, arg) -> None:
+        if event == "return":
+            text, kind = arg, "return"
+        elif event == "c_return" and getattr(arg, "__name__", "") == "append":
+            owner = getattr(arg, "__self__", None)
+            text, kind = (owner[-1] if isinstance(owner, list) and owner else None), "append"
+        else:
+            return
+        code = frame.f_code
+        if isinstance(text, str) and text.strip() and self.open and code.co_filename.startswith(self.root):
+            self.open[-1].append((code.co_filename, getattr(code, "co_qualname", code.co_name),
+                                  code.co_firstlineno, frame.f_lineno, text[:MAX_FRAGMENT], kind))
+
+    def wrap(self, generate):
+        hook = self
+
+        @functools.wraps(generate)
+        def _gen_python_code(*args, **kwargs):
+            previous = sys.getprofile()
+            hook.open.append([])
+            sys.setprofile(hook)
+            try:
+                result = generate(*args, **kwargs)
+            finally:
+                sys.setprofile(previous)
+                fragments = hook.open.pop()
+            src = getattr(result, "src", None)
+            if isinstance(src, str):
+                hook.graphs.append((src, fragments))
+            return result
+        return _gen_python_code
+
+    def install(self) -> None:
+        """Wrap FX's code generation now if torch.fx.graph is loaded (a fork server's child), else as it loads."""
+        module = sys.modules.get("torch.fx.graph")
+        if module is not None:
+            self._patch(module)
+            return
+        hook = self
+
+        class _Finder:
+            @staticmethod
+            def find_spec(name, path=None, target=None):
+                if name != "torch.fx.graph":
+                    return None
+                sys.meta_path.remove(_Finder)
+                spec = importlib.util.find_spec(name)
+                if spec is None or spec.loader is None:
+                    return spec
+                load = spec.loader.exec_module
+
+                def exec_module(module):
+                    load(module)
+                    hook._patch(module)
+                spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+                return spec
+
+        sys.meta_path.insert(0, _Finder)
+
+    def _patch(self, module) -> None:
+        codegen = getattr(module, "CodeGen", None)
+        generate = getattr(codegen, "_gen_python_code", None)
+        if codegen is not None and generate is not None:
+            codegen._gen_python_code = self.wrap(generate)
+
+    def report(self, exc: BaseException, parent: str) -> dict:
+        """The exception's frames in FX-generated code, and the last graphs' code with its fragments (the code
+        that raised first, when its frames are still on the exception: FX re-raises from its own call without
+        them, and the run's stderr has them)."""
+        failing, src = [], None
+        for frame in reversed(_traceback_frames(exc)):
+            name = frame.f_code.co_filename
+            if name.startswith(GENERATED_PREFIX):
+                line = frame.f_lineno
+                failing.append({"file": name, "line": line,
+                                "text": linecache.getline(name, line, frame.f_globals).rstrip("\n")})
+                if src is None:
+                    src = "".join(linecache.getlines(name, frame.f_globals))
+        raised = next((g for g in reversed(self.graphs) if g[0] == src), None)
+        # most recent last, and the one that raised after them all: it is read first
+        graphs = [g for g in list(self.graphs)[-MAX_REPORTED_GRAPHS:] if g is not raised] + (
+            [raised] if raised is not None else [])
+        return {"failing": failing, "message": f"{type(exc).__name__}: {exc}"[:2000],
+                "graphs": [{"src": code, "fragments": [
+                    [os.path.relpath(f, parent).replace(os.sep, "/"), function, first, line, text, kind]
+                    for f, function, first, line, text, kind in fragments[:MAX_FRAGMENTS]]}
+                    for code, fragments in graphs]}
+
+
 def _traceback_frames(exc: BaseException) -> list:
     """The frames the exception went through, outermost first, down its chain of causes (a cause's traceback
     starts in the frame that caught it, the last of the one before)."""
@@ -218,11 +330,12 @@ def _print_exception(exc: BaseException) -> None:
 
 def main(argv: list[str]) -> int:
     out = extra = None
-    none_returns = False
+    none_returns = fx_writers = False
     i = 0
     while i < len(argv) and argv[i] != "--":
-        if argv[i] == "--none-returns":
-            none_returns = True
+        if argv[i] in ("--none-returns", "--fx-writers"):
+            none_returns = none_returns or argv[i] == "--none-returns"
+            fx_writers = fx_writers or argv[i] == "--fx-writers"
             i += 1
         elif argv[i] in ("--out", "--coverage-path") and i + 1 < len(argv):
             if argv[i] == "--out":
@@ -235,7 +348,8 @@ def main(argv: list[str]) -> int:
             return 2
     rest = argv[i + 1:]
     if out is None or not rest:
-        print("spectrum: spectrum.py --out FILE [--coverage-path DIR] [--none-returns] -- script.py [args]",
+        print("spectrum: spectrum.py --out FILE [--coverage-path DIR] [--none-returns | --fx-writers] -- script.py "
+              "[args]",
               file=sys.stderr)
         return 2
     import launcher  # same folder (sys.path[0], or the fork server's): runs a script as __main__
@@ -245,6 +359,10 @@ def main(argv: list[str]) -> int:
     if none_returns and parent is not None:
         hook = _NoneReturns([os.path.join(parent, "torch", package) + os.sep for package in PACKAGES])
         hook.start()
+    writers = None
+    if fx_writers and parent is not None and not none_returns:  # one profile hook at a time
+        writers = _FxWriters(os.path.join(parent, "torch", "fx") + os.sep)
+        writers.install()
     found: dict = {}
     code = 0
     try:
@@ -264,6 +382,10 @@ def main(argv: list[str]) -> int:
             failed = getattr(sys, "last_value", None)
             if isinstance(failed, BaseException):
                 found["none_returns"] = hook.before(failed, parent)
+        if writers is not None and parent is not None:
+            failed = getattr(sys, "last_value", None)
+            if isinstance(failed, BaseException):
+                found["fx_code"] = writers.report(failed, parent)
         if cov is not None and parent is not None:
             try:
                 _save(cov, parent, out, found)

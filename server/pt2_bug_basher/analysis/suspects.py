@@ -486,7 +486,7 @@ def _unique(suspects: list[Suspect]) -> list[Suspect]:
 EVIDENCE_WEIGHT: dict[SuspectEvidence, float] = {
     "bisection": 8.0, "config": 8.0, "exception": 4.0, "none_origin": 4.0, "guards": 4.0, "recent_change": 3.0,
     "spectrum": 3.0,  # times the function's score relative to the top one's
-    "helper": 1.0, "codegen": 1.0,
+    "helper": 1.0, "codegen": 1.0, "fx_codegen": 4.0,
 }
 MAX_SPECTRUM_SUSPECTS = 5
 SPECTRUM_RANKED = 10  # functions localize asks analysis.spectra.rank for

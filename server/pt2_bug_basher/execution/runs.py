@@ -236,13 +236,15 @@ def coverage_path(store: Store) -> Path | None:
     return folder
 
 
-def with_spectrum(store: Store, argv: list[str], out: Path, *, none_returns: bool = False) -> list[str]:
+def with_spectrum(store: Store, argv: list[str], out: Path, *, none_returns: bool = False,
+                  fx_writers: bool = False) -> list[str]:
     """argv (`python script.py ...`) run under the spectrum probe, which writes the lines of torch's compiler
     that ran to `out` (json) as the run exits (`none_returns`: and the functions that returned a None of their
-    own before its exception); the run's outcome and output are its own."""
+    own before its exception; `fx_writers`: and which functions of torch/fx wrote the generated code that
+    raised); the run's outcome and output are its own."""
     extra = coverage_path(store)
     probe = [str(SPECTRUM_PROBE), "--out", str(out), *(["--coverage-path", str(extra)] if extra else []),
-             *(["--none-returns"] if none_returns else []), "--"]
+             *(["--none-returns"] if none_returns else []), *(["--fx-writers"] if fx_writers else []), "--"]
     return [argv[0], *probe, *argv[1:]]
 
 

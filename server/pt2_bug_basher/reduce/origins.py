@@ -1,7 +1,10 @@
-"""Where a None came from: the repro run once more at the first failing backend under the spectrum probe's
-profile hook, which records the compiler functions that returned a None of their own (`return None`, a bare
-return, the end of the body) before the exception. Asked for when the exception says it used a None: the
-function that made the None is more often the bug than the one that used it, and is no longer on the stack."""
+"""Where what an exception used came from, when its maker is no longer on the stack: the repro run once more
+at the first failing backend under one of the spectrum probe's recorders.
+- A None: the compiler functions that returned a None of their own (`return None`, a bare return, the end of
+  the body) before the exception. Asked for when the exception says it used a None: the function that made the
+  None is more often the bug than the one that used it.
+- FX-generated code: which functions of torch/fx wrote each fragment of the code that raised. Asked for when
+  the exception went through such code, or bound its arguments wrong calling it."""
 
 from __future__ import annotations
 
@@ -29,27 +32,63 @@ class NoneReturns:
     spectrum: Spectrum | None = None
 
 
-async def none_returns(store: Store, case: CaseRecord, ref_failure, ref_env: dict[str, str], ref_args: list[str],
-                       script: Path, *, backend: str | None, timeout_s: float, limiter: anyio.CapacityLimiter,
-                       progress: ProgressFn) -> NoneReturns:
+@dataclass
+class FxWriters:
+    """What the run recorded, when it failed the case's way: the generated code that raised, its fragments and
+    their writers (see _probes/spectrum.py), and its spectrum."""
+
+    report: dict = field(default_factory=dict)
+    spectrum: Spectrum | None = None
+    errors: str = ""  # the run's stderr: FX prints the generated code's frames itself
+
+
+async def _recording_run(store: Store, case: CaseRecord, ref_failure, ref_env: dict[str, str], ref_args: list[str],
+                         script: Path, *, backend: str | None, timeout_s: float, limiter: anyio.CapacityLimiter,
+                         progress: ProgressFn, what: str, name: str, flag: dict[str, bool]
+                         ) -> tuple[dict | None, Spectrum | None, str]:
+    """The repro once more at `backend` under the spectrum probe with one recorder on (`flag`); the probe's
+    file, the run's spectrum and its stderr when it failed the case's way, else (None, None, "")."""
     folder = store.case_dir(case.case_id) / "origins"
     folder.mkdir(parents=True, exist_ok=True)
-    out = folder / f"none-returns-{backend or 'script'}.json"
+    out = folder / f"{name}-{backend or 'script'}.json"
     out.unlink(missing_ok=True)
     argv = rung_argv(case.python, script, ref_args, backend)
     async with limiter:
-        await progress("localize: the repro once more, recording which compiler functions returned a None")
-        result = await execute(store, case, with_spectrum(store, argv, out, none_returns=True), tool="localize",
+        await progress(f"localize: the repro once more, recording {what}")
+        result = await execute(store, case, with_spectrum(store, argv, out, **flag), tool="localize",
                                cwd=script.parent, env_add=ref_env, timeout_s=timeout_s, progress=progress,
-                               warm=WarmRequest(), label="localize: where the None came from")
-    found = NoneReturns()
-    if same_failure(run_failure(result), ref_failure, RERUN_OR_ACCURACY).level:
-        try:
-            data = json.loads(out.read_text())
-            returns, root = data.get("none_returns", []), data.get("torch")
-        except (OSError, ValueError, AttributeError):
-            returns, root = [], None
+                               warm=WarmRequest(), label=f"localize: {what}")
+    if not same_failure(run_failure(result), ref_failure, RERUN_OR_ACCURACY).level:
+        return None, None, ""
+    try:
+        data = json.loads(out.read_text())
+    except (OSError, ValueError):
+        data = {}
+    spectrum = read_spectrum(out, result.run_id, True, f"the repro, recording {what}")
+    return (data if isinstance(data, dict) else {}), spectrum, result.stderr_text()
+
+
+async def none_returns(store: Store, case: CaseRecord, ref_failure, ref_env: dict[str, str], ref_args: list[str],
+                       script: Path, *, backend: str | None, timeout_s: float, limiter: anyio.CapacityLimiter,
+                       progress: ProgressFn) -> NoneReturns:
+    data, spectrum, _ = await _recording_run(
+        store, case, ref_failure, ref_env, ref_args, script, backend=backend, timeout_s=timeout_s, limiter=limiter,
+        progress=progress, what="which compiler functions returned a None", name="none-returns",
+        flag={"none_returns": True})
+    found = NoneReturns(spectrum=spectrum)
+    if data is not None:
+        returns, root = data.get("none_returns", []), data.get("torch")
         found.returns = [r for r in returns if isinstance(r, dict)] if isinstance(returns, list) else []
         found.root = Path(root) if isinstance(root, str) else None
-        found.spectrum = read_spectrum(out, result.run_id, True, "the repro, recording the Nones returned")
     return found
+
+
+async def fx_writers(store: Store, case: CaseRecord, ref_failure, ref_env: dict[str, str], ref_args: list[str],
+                     script: Path, *, backend: str | None, timeout_s: float, limiter: anyio.CapacityLimiter,
+                     progress: ProgressFn) -> FxWriters:
+    data, spectrum, errors = await _recording_run(
+        store, case, ref_failure, ref_env, ref_args, script, backend=backend, timeout_s=timeout_s, limiter=limiter,
+        progress=progress, what="which functions of torch.fx wrote the generated code that raised",
+        name="fx-writers", flag={"fx_writers": True})
+    report = (data or {}).get("fx_code")
+    return FxWriters(report=report if isinstance(report, dict) else {}, spectrum=spectrum, errors=errors)

@@ -12,6 +12,7 @@ from pathlib import Path
 import anyio
 from anyio.abc import TaskGroup
 
+from pt2_bug_basher.analysis.fx_code import fx_writer_suspects, generated_code_note, raised_in_fx_code
 from pt2_bug_basher.analysis.spectra import Formula, Spectrum, changed_lines_ran, files_to_read, function_spans, rank
 from pt2_bug_basher.analysis.suspects import (
     SPECTRUM_RANKED,
@@ -58,7 +59,7 @@ from pt2_bug_basher.reduce.bisect import (
 from pt2_bug_basher.reduce.evaluate import ForkServerEvaluator
 from pt2_bug_basher.reduce.ladder import LadderRow, LocalizeResult, Reference, load_reference, run_timeout
 from pt2_bug_basher.reduce.ladder import localize as run_ladder
-from pt2_bug_basher.reduce.origins import NoneReturns, none_returns
+from pt2_bug_basher.reduce.origins import FxWriters, NoneReturns, fx_writers, none_returns
 from pt2_bug_basher.reduce.variants import DEFAULT_BUDGET_S as VARIANTS_BUDGET_S
 from pt2_bug_basher.reduce.variants import VariantRun, circumstances, run_variants
 
@@ -124,6 +125,7 @@ class _LadderRun:
     spectra: list[Spectrum] = field(default_factory=list)
     varied: list[VariantRun] = field(default_factory=list)
     origins: NoneReturns | None = None
+    writers: FxWriters | None = None
     table_read: anyio.Event = field(default_factory=anyio.Event)
     server_ready: anyio.Event = field(default_factory=anyio.Event)
     # The bisector's table and trial server are only wanted when the bug may be below Dynamo: they wait for
@@ -164,6 +166,11 @@ class _LadderRun:
         """The exception raised inside torch, when it used a None (and is no comparison's mismatch)."""
         return none_used(self.errors) if self.ref.category != "accuracy" and self.raised else None
 
+    @cached_property
+    def in_fx_code(self) -> bool:
+        """The exception went through FX-generated code (or bound its arguments wrong calling it)."""
+        return self.ref.category != "accuracy" and raised_in_fx_code(self.errors)
+
     def on_row(self, row: LadderRow) -> None:
         if row.backend == "eager" and row.dynamic == "script" and row.outcome != "same failure":
             self.below_dynamo.set()
@@ -201,6 +208,8 @@ class _LadderRun:
         async with anyio.create_task_group() as group:
             if self.none_used:
                 group.start_soon(self.find_none, first)
+            if self.in_fx_code:
+                group.start_soon(self.find_writers, first)
             if generated or self.misses:
                 ref = self.ref
                 self.varied.extend(await run_variants(
@@ -214,6 +223,13 @@ class _LadderRun:
         self.origins = await none_returns(self.state.store, self.case, ref.failure, ref.env, ref.args, self.path,
                                           backend=first, timeout_s=run_timeout(ref), limiter=self.limiter,
                                           progress=self.progress)
+
+    async def find_writers(self, first: str | None) -> None:
+        """Which functions of torch.fx wrote the generated code that raised."""
+        ref = self.ref
+        self.writers = await fx_writers(self.state.store, self.case, ref.failure, ref.env, ref.args, self.path,
+                                        backend=first, timeout_s=run_timeout(ref), limiter=self.limiter,
+                                        progress=self.progress)
 
     async def bisect(self, first: str | None) -> None:
         if first in BISECTABLE_BACKENDS and self.bisect_budget_s > 0:
@@ -237,12 +253,15 @@ def _gather(result: LocalizeResult, run: _LadderRun) -> None:
         result.notes.append("bisection below the backend was skipped (bisect_budget_s=0).")
     if run.ref.category != "accuracy":  # a mismatch is raised by the comparison, not where the bug is
         raised = [s for s in run.raised if (s.file, s.line) not in {(t.file, t.line) for t in result.suspects}]
-        result.suspects += raised[:1] + _origins(run, raised) + raised[1:]
+        found = run.writers
+        writers = fx_writer_suspects(found.report, found.errors) if found is not None else []
+        result.suspects += raised[:1] + _origins(run, raised) + writers + raised[1:]
+        if found is not None and (note := generated_code_note(found.report, found.errors)):
+            result.notes.append(note)
     result.variants = [v.outcome for v in run.varied]
     result.circumstances = circumstances(result.variants)
     run.spectra += [v.spectrum for v in run.varied if v.spectrum is not None]
-    if run.origins is not None and run.origins.spectrum is not None:
-        run.spectra.append(run.origins.spectrum)
+    run.spectra += [found.spectrum for found in (run.origins, run.writers) if found is not None and found.spectrum]
 
 
 def _origins(run: _LadderRun, raised: list[Suspect]) -> list[Suspect]:
