@@ -16,7 +16,7 @@ from collections import Counter
 from pathlib import Path
 
 from pt2_bug_basher.analysis.failure import Frame, innermost_function, parse
-from pt2_bug_basher.analysis.spectra import RankedFunction, tree_function_spans
+from pt2_bug_basher.analysis.spectra import FunctionSpan, RankedFunction, function_spans, tree_function_spans
 from pt2_bug_basher.domain.bisection import BisectReport, SourceSite
 from pt2_bug_basher.domain.evidence import LineRange, Suspect, SuspectEvidence
 
@@ -135,21 +135,11 @@ def _helpers(site: SourceSite, what: str, calls: dict[str, int] | None) -> list[
 MAX_FUNCTION_LINES = 400
 
 
-def function_spans(source: str) -> list[tuple[int, int]]:
-    """Every function's lines, first decorator to last line (none when the source does not parse)."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return []
-    return [(_first_line(node), node.end_lineno) for node in ast.walk(tree)
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno is not None]
-
-
-def enclosing_function(source: str | list[tuple[int, int]], line: int) -> tuple[int, int]:
+def enclosing_function(source: str | list[FunctionSpan], line: int) -> tuple[int, int]:
     """The lines of the innermost function that holds `line` (in source, or in its function_spans); the line
     alone when none does, or the function is longer than MAX_FUNCTION_LINES."""
     spans = function_spans(source) if isinstance(source, str) else source
-    holding = [(first, last) for first, last in spans if first <= line <= last]
+    holding = [(s.first, s.last) for s in spans if s.first <= line <= s.last]
     if not holding:
         return line, line
     first, last = min(holding, key=lambda span: span[1] - span[0])

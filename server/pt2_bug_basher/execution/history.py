@@ -7,7 +7,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from pt2_bug_basher.analysis.suspects import enclosing_function, function_spans
+from pt2_bug_basher.analysis.spectra import FunctionSpan, function_spans
+from pt2_bug_basher.analysis.suspects import enclosing_function
 from pt2_bug_basher.domain.evidence import Suspect
 from pt2_bug_basher.execution.gitstate import RECENT_COMMITS, RecentChange, recent_change
 
@@ -44,7 +45,7 @@ def recent_changes(repo: Path, places: list[tuple[str, int, str]],
                    within: int = RECENT_COMMITS) -> list[FunctionChange]:
     """The suspect functions that one of the last commits of HEAD changed (a regression's likeliest cause),
     most recently changed first. Functions outside the repository, or changed long ago, are left out."""
-    spans: dict[str, list[tuple[int, int]]] = {}  # each file read and parsed once
+    spans: dict[str, list[FunctionSpan]] = {}  # each file read and parsed once
     functions: dict[tuple[str, int, int], str] = {}
     for file, line, function in places:
         path = repo / file
