@@ -31,7 +31,10 @@ HAND_BUILT = textwrap.dedent('''\
     graph = torch.fx.Graph()
     x = graph.placeholder("x")
     doubled = graph.call_function(operator.mul, (x, 2))
-    bad = graph.call_function(operator.add, (doubled, "text"))
+    if sys.argv[1:] == ["deeper"]:  # a torch function the generated line calls raises
+        bad = graph.call_function(torch.nn.functional.dropout, (doubled,), {"p": 2.0})
+    else:
+        bad = graph.call_function(operator.add, (doubled, "text"))
     graph.output(bad)
     module = torch.fx.GraphModule(torch.nn.Module(), graph)
     if sys.argv[1:] == ["extra"]:
@@ -74,6 +77,16 @@ def test_the_probe_names_who_wrote_the_generated_statement_that_raised(tmp_path:
     assert note is not None and failing[0]["file"] in note
     # without the printed traceback, nothing says which line raised: no writer is guessed
     assert fx_writer_suspects(report) == [] and generated_code_note(report) is None
+
+
+def test_a_statement_whose_torch_callee_raised_names_no_writer(tmp_path: Path):
+    done, report = _probe(tmp_path, ["deeper"], preloaded=False)
+    assert "ValueError: dropout probability has to be between 0 and 1" in done.stderr, done.stderr[-2000:]
+    failing = failing_lines(report, done.stderr)
+    assert failing and "dropout" in failing[0]["text"] and failing[0]["innermost"] is False, failing
+    # the line only called dropout, whose own frame raised: its writer is no suspect
+    assert fx_writer_suspects(report, done.stderr) == []
+    assert generated_code_note(report, done.stderr) is not None
 
 
 def test_the_probe_names_who_wrote_the_def_a_call_could_not_bind(tmp_path: Path):

@@ -6,7 +6,7 @@ no longer on the stack. The spectrum probe's `--fx-writers` run records which fu
 fragment of that code; these functions read the record. The suspects, most likely first:
 - for a None used on the failing line: the writer of the generated statement that set that name to None;
 - for a call that binds its arguments wrong: the writer of the generated `def`;
-- the writer of the failing statement itself.
+- the writer of the failing statement itself, where it raised (not a torch function it called).
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ from pt2_bug_basher.domain.evidence import Suspect
 
 GENERATED_FILE = "<eval_with_key>"
 GENERATED_FRAME = re.compile(r'File "<eval_with_key>\.\d+", line \d+, in (?!<module>)')
+# a frame FX printed, its code line, a caret line perhaps, and whether another frame follows it
 PRINTED_FRAME = re.compile(r'File "(?P<file><eval_with_key>\.\d+)", line (?P<line>\d+), in (?!<module>)\S+\n'
-                           r'(?P<text>[^\n]*)')
+                           r'(?P<text>[^\n]*)\n(?:[ \t]*[~^]+[ \t]*\n)?(?P<deeper>[ \t]*File ")?')
 NONE_USED = re.compile(r"'NoneType'|\bNone\b")
 # a call to a graph module's generated forward whose arguments its def does not bind
 BAD_BINDING = re.compile(r"\b(?P<fn>forward)\(\) (takes \d+ positional|missing \d+ required|"
@@ -65,7 +66,7 @@ def failing_lines(report: dict, error_text: str = "") -> list[dict]:
     failing = [f for f in report.get("failing") or [] if isinstance(f, dict) and isinstance(f.get("line"), int)]
     if failing:
         return failing
-    printed = [{"file": m["file"], "line": int(m["line"]), "text": m["text"]}
+    printed = [{"file": m["file"], "line": int(m["line"]), "text": m["text"], "innermost": m["deeper"] is None}
                for m in PRINTED_FRAME.finditer(error_text)]
     return printed[::-1]
 
@@ -152,7 +153,8 @@ def fx_writer_suspects(report: dict, error_text: str = "") -> list[Suspect]:
                     out.append(_suspect(writer, f"wrote `{found[-1]}` into the code FX generated (line {number}), "
                                                 f"and {place} then used `{names}`: {message[:120]}"))
                     break
-        writer = writer_of(statement, fragments)
+        # the statement's own writer only where the statement itself raised, not a torch function it called
+        writer = writer_of(statement, fragments) if failing[0].get("innermost") else None
         if writer is not None:
             out.append(_suspect(writer, f"wrote `{statement[:80]}`, the statement of FX-generated code that raised "
                                         f"({place}): {message[:120]}"))
