@@ -235,7 +235,7 @@ def _module_file(torch_root: Path, here: Path, module: str | None, level: int) -
     return next((p for p in (path.with_suffix(".py"), path / "__init__.py") if p.is_file()), None)
 
 
-def _definition(path: Path, name: str, torch_root: Path, hops: int = 2) -> tuple[Path, int, str] | None:
+def definition(path: Path, name: str, torch_root: Path, hops: int = 2) -> tuple[Path, int, str] | None:
     """Where `name` is defined, seen from the module at path: a function or method of it, or followed
     through the module's `from ... import name` (function-level imports too)."""
     try:
@@ -255,7 +255,7 @@ def _definition(path: Path, name: str, torch_root: Path, hops: int = 2) -> tuple
                 original = next(a.name for a in node.names if (a.asname or a.name) == name)
                 target = _module_file(torch_root, path, node.module, node.level)
                 if target is not None:
-                    return _definition(target, original, torch_root, hops - 1)
+                    return definition(target, original, torch_root, hops - 1)
     return None
 
 
@@ -276,7 +276,7 @@ def none_producer(frame: Frame, raised: str, message: str) -> Suspect | None:
     name = callee_name(called) if called is not None else None
     # a bare name may be a closure of the line's scope; an attribute (`self.f`) never is
     nested = _enclosing_definition(tree, frame.line, called.id) if isinstance(called, ast.Name) else None
-    found = (path, *nested) if nested else _definition(path, name, torch_root) if name else None
+    found = (path, *nested) if nested else definition(path, name, torch_root) if name else None
     if found is None:
         return None
     file, line, qualname = found
@@ -476,7 +476,7 @@ def _unique(suspects: list[Suspect]) -> list[Suspect]:
 EVIDENCE_WEIGHT: dict[SuspectEvidence, float] = {
     "bisection": 8.0, "config": 8.0, "exception": 4.0, "none_origin": 4.0, "guards": 4.0, "recent_change": 3.0,
     "spectrum": 3.0,  # times the function's score relative to the top one's
-    "helper": 1.0, "codegen": 1.0, "fx_codegen": 4.0,
+    "helper": 1.0, "codegen": 1.0, "fx_codegen": 4.0, "graph_break": 4.0,
 }
 MAX_SPECTRUM_SUSPECTS = 5
 SPECTRUM_RANKED = 10  # functions localize asks analysis.spectra.rank for

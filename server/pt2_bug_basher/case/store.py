@@ -90,6 +90,12 @@ class CaseRecord:
         """check_env saw torch imported from the repository (a develop build)."""
         return bool((self.env.get("torch") or {}).get("imported_from_repo"))
 
+    @property
+    def torch_dir(self) -> Path | None:
+        """The torch package check_env saw the case's interpreter import."""
+        found = (self.env.get("torch") or {}).get("file")
+        return Path(found).parent if isinstance(found, str) and found else None
+
 
 @dataclass(frozen=True)
 class EvidenceRecord:

@@ -228,12 +228,12 @@ class LadderRowRecord(BaseModel):
 
 
 SuspectEvidence = Literal["bisection", "config", "exception", "none_origin", "guards", "recent_change", "spectrum",
-                          "helper", "codegen", "fx_codegen"]
+                          "helper", "codegen", "fx_codegen", "graph_break"]
 """What points at a suspect: the bisection's culprit, a config switch that fixes it, a frame of an exception
 raised in torch, a function that returned a None of its own shortly before an exception that used a None,
 Dynamo's guards, a recent commit, the execution spectra of failing and passing runs, a helper the culprit calls,
 code generation that ran only with the culprit, the FX code generation that wrote the generated line that
-raised."""
+raised, the site of the graph break Dynamo reported and what its condition calls."""
 
 
 class LineRange(BaseModel):

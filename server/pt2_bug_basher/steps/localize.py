@@ -12,6 +12,7 @@ from pathlib import Path
 import anyio
 from anyio.abc import TaskGroup
 
+from pt2_bug_basher.analysis.break_sites import break_site_suspects
 from pt2_bug_basher.analysis.fx_code import fx_writer_suspects, generated_code_note, raised_in_fx_code
 from pt2_bug_basher.analysis.spectra import Formula, Spectrum, changed_lines_ran, files_to_read, function_spans, rank
 from pt2_bug_basher.analysis.suspects import (
@@ -255,13 +256,22 @@ def _gather(result: LocalizeResult, run: _LadderRun) -> None:
         raised = [s for s in run.raised if (s.file, s.line) not in {(t.file, t.line) for t in result.suspects}]
         found = run.writers
         writers = fx_writer_suspects(found.report, found.errors) if found is not None else []
-        result.suspects += raised[:1] + _origins(run, raised) + writers + raised[1:]
+        named = {(s.file, s.function) for s in [*result.suspects, *raised]}
+        # a graph break's site and what decided it: ahead of the frames, which Dynamo re-raised elsewhere
+        breaks = [s for s in break_site_suspects(run.errors, _torch_dir(run)) if (s.file, s.function) not in named]
+        result.suspects += breaks + raised[:1] + _origins(run, raised) + writers + raised[1:]
         if found is not None and (note := generated_code_note(found.report, found.errors)):
             result.notes.append(note)
     result.variants = [v.outcome for v in run.varied]
     result.circumstances = circumstances(result.variants)
     run.spectra += [v.spectrum for v in run.varied if v.spectrum is not None]
     run.spectra += [found.spectrum for found in (run.origins, run.writers) if found is not None and found.spectrum]
+
+
+def _torch_dir(run: _LadderRun) -> Path | None:
+    """The torch package the case's runs imported: their spectra's, else the one check_env saw."""
+    root = next((s.root for s in run.spectra if s.root), None)
+    return Path(root) / "torch" if root else run.case.torch_dir
 
 
 def _origins(run: _LadderRun, raised: list[Suspect]) -> list[Suspect]:
