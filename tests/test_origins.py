@@ -3,6 +3,7 @@ which of them become suspects, and localize naming the function whose None a run
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
-from pt2_bug_basher.analysis.suspects import MAX_NONE_ORIGINS, none_origin_suspects, none_used
+from pt2_bug_basher.analysis.suspects import MAX_NONE_ORIGINS, broken_invariant, none_origin_suspects, none_used
 
 PROBES = Path(__file__).resolve().parents[1] / "server" / "pt2_bug_basher" / "_probes"
 
@@ -168,9 +169,6 @@ def test_only_a_none_someone_may_have_wanted_is_a_suspect(tmp_path: Path):
     (tmp_path / "torch" / "_dynamo").mkdir(parents=True)
     (tmp_path / "torch" / "_dynamo" / "a.py").write_text(SOURCES)
     lines = SOURCES.splitlines()
-
-    import ast
-
     defs = {n.name: n for n in ast.walk(ast.parse(SOURCES)) if isinstance(n, ast.FunctionDef)}
 
     def entry(name: str, line_text: str | None = None) -> dict:
@@ -203,6 +201,35 @@ def test_only_a_none_someone_may_have_wanted_is_a_suspect(tmp_path: Path):
     rest = none_origin_suspects(returns[-1:] * 12, tmp_path, "TypeError")
     assert [s.function for s in rest] == ["callable_of_any"] * MAX_NONE_ORIGINS
     assert "annotated to return Callable[..., Any] (line" in rest[0].why and "the 2nd None" in rest[1].why
+
+
+def test_a_broken_invariant_keeps_only_an_explicit_none_made_beneath_its_traceback(tmp_path: Path):
+    (tmp_path / "torch" / "_dynamo").mkdir(parents=True)
+    (tmp_path / "torch" / "_dynamo" / "a.py").write_text(SOURCES)
+    first = {n.name: n.lineno for n in ast.walk(ast.parse(SOURCES)) if isinstance(n, ast.FunctionDef)}
+    lines = SOURCES.splitlines()
+
+    def entry(name: str, text: str, meet: str | None) -> dict:
+        line = next(i for i in range(first[name], len(lines) + 1) if lines[i - 1].strip() == text)
+        return {"file": "torch/_dynamo/a.py", "function": name, "first_line": first[name], "line": line,
+                "meet": meet, "shared": 2 if meet else 0}
+
+    returns = [entry("falls_off", "if x:", "outer"), entry("any_value", "return", "outer"),
+               entry("only_none", "return None", None), entry("only_none", "return None", "outer")]
+    found = none_origin_suspects(returns, tmp_path, "AssertionError: expected 2 shapes, got 0", used=False)
+    # the end of a body and a bare return are too common to suspect for any assertion; an unrelated None too
+    assert [(s.function, "outer" in s.why) for s in found] == [("only_none", True)], found
+    assert "before AssertionError: expected 2 shapes, got 0 was raised (the None may be what broke it)" in found[0].why
+    assert [s.function for s in none_origin_suspects(returns, tmp_path, "TypeError")] == [
+        "falls_off", "any_value", "only_none"][:MAX_NONE_ORIGINS]
+
+
+def test_an_assertion_raised_in_torch_is_a_broken_invariant():
+    raised = ('Traceback (most recent call last):\n  File "/x/torch/export/_trace.py", line 3, in g\n'
+              '    assert len(a) == 2, msg\nAssertionError: expected 2 shapes, got 0\n')
+    assert broken_invariant(raised) == "AssertionError: expected 2 shapes, got 0" and none_used(raised) is None
+    assert broken_invariant(raised.replace("/x/torch/export/_trace.py", "/home/me/repro.py")) is None
+    assert broken_invariant(raised.replace("AssertionError", "ValueError")) is None
 
 
 def test_an_exception_that_used_a_none_is_told_apart_by_the_first_torch_block():

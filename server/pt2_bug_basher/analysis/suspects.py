@@ -403,11 +403,12 @@ def _wanted_none(fn: ast.FunctionDef | ast.AsyncFunctionDef, line: int | None) -
     return how if says in (None, "Any", "object") else f"{how}, though it is annotated to return {says}"
 
 
-def none_origin_suspects(returns: list[dict], torch_root: Path, raised: str) -> list[Suspect]:
+def none_origin_suspects(returns: list[dict], torch_root: Path, raised: str, used: bool = True) -> list[Suspect]:
     """Of the functions a run saw return a None they made (most recent first, before the exception), those
     whose None someone may have wanted (`_wanted_none`): the ones made beneath a deeper frame of the exception's
     traceback first (a None made while tracing a graph is used by the code that traced it, not by an unrelated
-    lookup earlier), then the most recent. At most MAX_NONE_ORIGINS."""
+    lookup earlier), then the most recent. At most MAX_NONE_ORIGINS. `used`: the exception says it used a None;
+    otherwise (an invariant that broke) only an explicit `return None` beneath a frame of its traceback."""
     found: list[Suspect] = []
     trees: dict[str, dict[int, ast.FunctionDef | ast.AsyncFunctionDef] | None] = {}
     ordered = sorted(enumerate(returns, 1), key=lambda pair: -_shared(pair[1]))
@@ -426,13 +427,14 @@ def none_origin_suspects(returns: list[dict], torch_root: Path, raised: str) -> 
                                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
         fn = (trees[file] or {}).get(first)
         how = _wanted_none(fn, line if isinstance(line, int) else None) if fn is not None else None
-        if how is None:
-            continue
         meet = entry.get("meet")
+        if how is None or not used and (not meet or not how.startswith("`return None`")):
+            continue
         beneath = f", called beneath `{meet}`, which the exception's traceback also runs through" if meet else ""
+        what = f"{raised} used a None" if used else f"{raised} was raised (the None may be what broke it)"
         found.append(Suspect(
             file=file, line=line if isinstance(line, int) else first, function=function, evidence=["none_origin"],
-            why=(f"returned None through {how} (line {line}) shortly before {raised} used a None: the "
+            why=(f"returned None through {how} (line {line}) shortly before {what}: the "
                  f"{_ordinal(n)} None counting back from the exception that a compiler function made in that run"
                  f"{beneath}")))
         if len(found) >= MAX_NONE_ORIGINS:
@@ -451,12 +453,25 @@ def _ordinal(n: int) -> str:
 
 def none_used(error_text: str) -> str | None:
     """`Type: message` of the first exception raised inside torch, when it says it used a None."""
+    exc = _first_in_torch(error_text)
+    if exc is not None and NONE_USED.search(exc.message or ""):
+        return f"{exc.type}: {exc.message.strip()[:120]}"
+    return None
+
+
+def broken_invariant(error_text: str) -> str | None:
+    """`AssertionError: message` of the first exception raised inside torch, when it is an assertion: an
+    invariant broke, and what broke it was made elsewhere (a None returned where a value was meant, perhaps)."""
+    exc = _first_in_torch(error_text)
+    if exc is not None and (exc.type or "").rsplit(".", 1)[-1] == "AssertionError":
+        return f"{exc.type}: {exc.message.strip()[:120]}"
+    return None
+
+
+def _first_in_torch(error_text: str):
     for block in parse(error_text).blocks:
         if any(f.in_torch for f in block.frames):
-            exc = block.exc
-            if exc is not None and NONE_USED.search(exc.message or ""):
-                return f"{exc.type}: {exc.message.strip()[:120]}"
-            return None
+            return block.exc
     return None
 
 

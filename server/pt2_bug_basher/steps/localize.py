@@ -18,6 +18,7 @@ from pt2_bug_basher.analysis.spectra import Formula, Spectrum, changed_lines_ran
 from pt2_bug_basher.analysis.suspects import (
     SPECTRUM_RANKED,
     bisect_suspects,
+    broken_invariant,
     codegen_summary,
     exception_suspects,
     merge,
@@ -168,6 +169,11 @@ class _LadderRun:
         return none_used(self.errors) if self.ref.category != "accuracy" and self.raised else None
 
     @cached_property
+    def invariant(self) -> str | None:
+        """The exception raised inside torch, when it is an assertion (and is no comparison's mismatch)."""
+        return broken_invariant(self.errors) if self.ref.category != "accuracy" and self.raised else None
+
+    @cached_property
     def in_fx_code(self) -> bool:
         """The exception went through FX-generated code (or bound its arguments wrong calling it)."""
         return self.ref.category != "accuracy" and raised_in_fx_code(self.errors)
@@ -207,7 +213,7 @@ class _LadderRun:
         budget = min(self.variants_budget_s,
                      max(VARIANTS_FLOOR_S, VARIANTS_SHARE * (time.monotonic() - self.started)))
         async with anyio.create_task_group() as group:
-            if self.none_used:
+            if self.none_used or self.invariant:
                 group.start_soon(self.find_none, first)
             if self.in_fx_code:
                 group.start_soon(self.find_writers, first)
@@ -259,7 +265,10 @@ def _gather(result: LocalizeResult, run: _LadderRun) -> None:
         named = {(s.file, s.function) for s in [*result.suspects, *raised]}
         # a graph break's site and what decided it: ahead of the frames, which Dynamo re-raised elsewhere
         breaks = [s for s in break_site_suspects(run.errors, _torch_dir(run)) if (s.file, s.function) not in named]
-        result.suspects += breaks + raised[:1] + _origins(run, raised) + writers + raised[1:]
+        # a None the exception used comes right after its innermost frame; one that may have broken an invariant
+        # after the assertion's caller too
+        cut = 1 if run.none_used else 2
+        result.suspects += breaks + raised[:cut] + _origins(run, raised) + writers + raised[cut:]
         if found is not None and (note := generated_code_note(found.report, found.errors)):
             result.notes.append(note)
     result.variants = [v.outcome for v in run.varied]
@@ -277,10 +286,11 @@ def _torch_dir(run: _LadderRun) -> Path | None:
 def _origins(run: _LadderRun, raised: list[Suspect]) -> list[Suspect]:
     """The functions that made the None the exception used, but those its frames already name."""
     found = run.origins
-    if found is None or found.root is None or run.none_used is None:
+    raised_text = run.none_used or run.invariant
+    if found is None or found.root is None or raised_text is None:
         return []
     named = {(s.file, s.function) for s in raised}
-    return [s for s in none_origin_suspects(found.returns, found.root, run.none_used)
+    return [s for s in none_origin_suspects(found.returns, found.root, raised_text, used=run.none_used is not None)
             if (s.file, s.function) not in named]
 
 
