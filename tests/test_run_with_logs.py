@@ -76,6 +76,10 @@ async def test_each_category_reproduces_with_a_stable_signature(module_config, c
     if extra == "logs":
         assert data["env_added"]["TORCH_LOGS"] == "graph_breaks"
         assert len(data["graph_breaks"]) >= 2
+    if script == "graph_break_fullgraph.py":  # the site in Dynamo that raised the graph break comes first
+        top = data["suspects"][0]
+        assert top["evidence"] == ["graph_break"] and "raise_jump_graph_break" in top["function"], data["suspects"]
+        assert '"Data-dependent branching"' in top["why"] and top["file"] == "torch/_dynamo/symbolic_convert.py"
     # The result stays compact whatever the logs held.
     assert len(result.content[0].text) < 12_000
     # Full logs are resources.

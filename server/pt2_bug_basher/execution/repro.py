@@ -9,6 +9,7 @@ from pathlib import Path
 import anyio
 from pydantic import BaseModel, Field
 
+from pt2_bug_basher.analysis.break_sites import break_site_suspects
 from pt2_bug_basher.analysis.guards import DynamoDecisions, has_guard_trees, logs_recompiles, summarise_guards
 from pt2_bug_basher.analysis.suspects import exception_suspects
 from pt2_bug_basher.analysis.torch_logs import (
@@ -193,7 +194,11 @@ async def run_repro(
         result.failure = failing.failure_summary()
         result.tail = tail_lines(failing.stderr)
         if failing.classification.category != "accuracy":  # a mismatch is raised by the comparison
-            result.suspects = exception_suspects(failing.stderr)
+            raised = exception_suspects(failing.stderr)
+            named = {(s.file, s.function) for s in raised}
+            # a graph break's site and what decided it, ahead of the frames Dynamo re-raised it from
+            result.suspects = [s for s in break_site_suspects(failing.stderr, case.torch_dir)
+                               if (s.file, s.function) not in named] + raised
     result.kernels, result.kernels_left_out = logged_kernels((failing or first).stderr)
     if differential:
         result.verdict = _verdict(result, script, deciding, compile_off, logged, layer)
