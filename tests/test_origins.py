@@ -162,6 +162,17 @@ SOURCES = textwrap.dedent('''\
         if source:
             return source
         return None
+
+
+    def listed(tree) -> "Tree":
+        """Map the tree.
+
+        Returns:
+            a tree of (int, float, str, bool, None, torch.Tensor) leaves
+        """
+        if tree:
+            return tree
+        return None
     ''')
 
 
@@ -215,10 +226,12 @@ def test_a_broken_invariant_keeps_only_an_explicit_none_made_beneath_its_traceba
                 "meet": meet, "shared": 2 if meet else 0}
 
     returns = [entry("falls_off", "if x:", "outer"), entry("any_value", "return", "outer"),
-               entry("only_none", "return None", None), entry("only_none", "return None", "outer")]
+               entry("only_none", "return None", None), entry("only_none", "return None", "outer"),
+               entry("documented", "return None", "outer"), entry("listed", "return None", "outer")]
     found = none_origin_suspects(returns, tmp_path, "AssertionError: expected 2 shapes, got 0", used=False)
-    # the end of a body and a bare return are too common to suspect for any assertion; an unrelated None too
-    assert [(s.function, "outer" in s.why) for s in found] == [("only_none", True)], found
+    # the end of a body and a bare return are too common to suspect for any assertion; an unrelated None too; a
+    # docstring that says None may come back is believed, one that lists None among the leaf types says nothing
+    assert [(s.function, "outer" in s.why) for s in found] == [("only_none", True), ("listed", True)], found
     assert "before AssertionError: expected 2 shapes, got 0 was raised (the None may be what broke it)" in found[0].why
     assert [s.function for s in none_origin_suspects(returns, tmp_path, "TypeError")] == [
         "falls_off", "any_value", "only_none"][:MAX_NONE_ORIGINS]

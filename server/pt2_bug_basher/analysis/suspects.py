@@ -378,7 +378,8 @@ def _allows_none(annotation: ast.expr) -> bool:
 
 
 # a docstring that promises a None ("Returns ``None`` if the source isn't covered", "..., or None if it fails")
-_DOCUMENTED_NONE = re.compile(r"\breturn(?:s|ed)?\b[^.]*?\bNone\b|\bor\s+`*None\b", re.IGNORECASE)
+# "Returns ``None`` if ...", "or None": not a None listed among types ("Returns: ... (int, str, None, Tensor)")
+_DOCUMENTED_NONE = re.compile(r"\breturn(?:s|ed)?\b[^.]{0,40}?(?<!, )\bNone\b(?!,)|\bor\s+`*None\b", re.IGNORECASE)
 
 
 def _wanted_none(fn: ast.FunctionDef | ast.AsyncFunctionDef, line: int | None) -> str | None:
