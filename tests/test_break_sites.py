@@ -8,7 +8,9 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 import torch
+from mcp import Client
 
 from pt2_bug_basher.analysis.break_sites import GraphBreak, break_site_suspects, break_sites, graph_breaks
 
@@ -117,3 +119,31 @@ def test_only_the_last_traceback_s_graph_break_counts(tmp_path: Path):
                                                                                      "Variable.call"]
     assert graph_breaks("Traceback (most recent call last):\nValueError: bad\n") == []
     assert break_site_suspects(final, None) == [] and break_site_suspects(final, tmp_path / "missing") == []
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_localize_reads_dynamo_s_internal_frames_and_the_graph_break_site(tmp_path: Path):
+    """Dynamo prints the graph break without its own frames; localize reruns it with TORCHDYNAMO_VERBOSE=1 and
+    names the predicate, the site, and the frames Dynamo had left out."""
+    from pt2_bug_basher.case.config import ServerConfig
+    from pt2_bug_basher.mcp_server.server import create_server
+    from pt2_bug_basher.steps.localize import INTERNAL_NOTE
+
+    (tmp_path / "cond_box.py").write_text(COND_OF_AN_OBJECT)
+    config = ServerConfig(state_dir=tmp_path / "state", default_repo=tmp_path, allowed_roots=(tmp_path,))
+    async with Client(create_server(config)) as client:
+        env = await client.call_tool("check_env", {"python": sys.executable, "repo": str(tmp_path)})
+        case_id = env.structured_content["case_id"]
+        run = await client.call_tool("run_with_logs", {"case_id": case_id, "script": "cond_box.py"})
+        assert run.structured_content["reproduced"], run.structured_content
+        result = await client.call_tool("localize", {"case_id": case_id, "bisect_budget_s": 0})
+    assert not result.is_error, result.content[0].text
+    data = result.structured_content
+    assert INTERNAL_NOTE in data["notes"], data["notes"]
+    named = [(s["function"], s["evidence"]) for s in data["suspects"]]
+    # the site is the innermost of the internal frames the printed traceback did not have: one suspect
+    assert named[:3] == [("only_consist_of", ["graph_break"]),
+                         ("CondHigherOrderVariable._call_function", ["graph_break"]),
+                         ("wrapped_call_function", ["exception"])], named
+    assert "also the traceback's innermost torch frame of" in data["suspects"][1]["why"], data["suspects"][1]

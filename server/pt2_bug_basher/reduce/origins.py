@@ -4,7 +4,8 @@ at the first failing backend under one of the spectrum probe's recorders.
   the body) before the exception. Asked for when the exception says it used a None: the function that made the
   None is more often the bug than the one that used it.
 - FX-generated code: which functions of torch/fx wrote each fragment of the code that raised. Asked for when
-  the exception went through such code, or bound its arguments wrong calling it."""
+  the exception went through such code, or bound its arguments wrong calling it.
+- Dynamo's internal frames, which it leaves out of the traceback it prints unless TORCHDYNAMO_VERBOSE=1."""
 
 from __future__ import annotations
 
@@ -92,3 +93,24 @@ async def fx_writers(store: Store, case: CaseRecord, ref_failure, ref_env: dict[
         name="fx-writers", flag={"fx_writers": True})
     report = (data or {}).get("fx_code")
     return FxWriters(report=report if isinstance(report, dict) else {}, spectrum=spectrum, errors=errors)
+
+
+# Dynamo's own hint that it left its internal frames out of the traceback it printed
+STRIPPED = "Set TORCHDYNAMO_VERBOSE=1 for the internal stack trace"
+VERBOSE_ENV = {"TORCHDYNAMO_VERBOSE": "1"}
+
+
+async def internal_stack(store: Store, case: CaseRecord, ref_failure, ref_env: dict[str, str], ref_args: list[str],
+                         script: Path, *, backend: str | None, timeout_s: float, limiter: anyio.CapacityLimiter,
+                         progress: ProgressFn) -> str | None:
+    """The repro once more at `backend` with Dynamo's internal stack trace on (what its hint asks for): the
+    run's stderr when it failed the case's way, else None."""
+    argv = rung_argv(case.python, script, ref_args, backend)
+    async with limiter:
+        await progress("localize: the repro once more with TORCHDYNAMO_VERBOSE=1, for the frames Dynamo left out")
+        result = await execute(store, case, argv, tool="localize", cwd=script.parent,
+                               env_add={**ref_env, **VERBOSE_ENV}, timeout_s=timeout_s, progress=progress,
+                               warm=WarmRequest(), label="localize: Dynamo's internal stack")
+    if not same_failure(run_failure(result), ref_failure, RERUN_OR_ACCURACY).level:
+        return None
+    return result.stderr_text()

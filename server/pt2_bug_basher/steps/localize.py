@@ -61,11 +61,13 @@ from pt2_bug_basher.reduce.bisect import (
 from pt2_bug_basher.reduce.evaluate import ForkServerEvaluator
 from pt2_bug_basher.reduce.ladder import LadderRow, LocalizeResult, Reference, load_reference, run_timeout
 from pt2_bug_basher.reduce.ladder import localize as run_ladder
-from pt2_bug_basher.reduce.origins import FxWriters, NoneReturns, fx_writers, none_returns
+from pt2_bug_basher.reduce.origins import STRIPPED, FxWriters, NoneReturns, fx_writers, internal_stack, none_returns
 from pt2_bug_basher.reduce.variants import DEFAULT_BUDGET_S as VARIANTS_BUDGET_S
 from pt2_bug_basher.reduce.variants import VariantRun, circumstances, run_variants
 
 SPECTRUM_FORMULA: Formula = "ochiai"
+INTERNAL_NOTE = ("The exception's frames are a rerun's with TORCHDYNAMO_VERBOSE=1: the reproduction's traceback left "
+                 "Dynamo's internal frames out.")
 NO_PASSING_RUN = ("Every run localize made failed the case's way (rungs and variants alike), so the spectra have "
                   "no passing run to contrast and rank no function by themselves. A near miss does: copy the repro, "
                   "change one thing so that it passes (the same operation written another way, an input that is "
@@ -128,6 +130,7 @@ class _LadderRun:
     varied: list[VariantRun] = field(default_factory=list)
     origins: NoneReturns | None = None
     writers: FxWriters | None = None
+    internal: str | None = None  # the failure's stderr with Dynamo's internal frames (TORCHDYNAMO_VERBOSE=1)
     table_read: anyio.Event = field(default_factory=anyio.Event)
     server_ready: anyio.Event = field(default_factory=anyio.Event)
     # The bisector's table and trial server are only wanted when the bug may be below Dynamo: they wait for
@@ -158,25 +161,30 @@ class _LadderRun:
         """The reproduction's stderr, read once."""
         return _reproduction_errors(self.state, self.ref)
 
+    @property
+    def failure_text(self) -> str:
+        """The reproduction's stderr, or the rerun's with Dynamo's internal frames (read once it ended)."""
+        return self.internal or self.errors
+
     @cached_property
     def raised(self) -> list[Suspect]:
         """What the reproduction's exception frames name."""
-        return exception_suspects(self.errors)
+        return exception_suspects(self.failure_text)
 
     @cached_property
     def none_used(self) -> str | None:
         """The exception raised inside torch, when it used a None (and is no comparison's mismatch)."""
-        return none_used(self.errors) if self.ref.category != "accuracy" and self.raised else None
+        return none_used(self.failure_text) if self.ref.category != "accuracy" and self.raised else None
 
     @cached_property
     def invariant(self) -> str | None:
         """The exception raised inside torch, when it is an assertion (and is no comparison's mismatch)."""
-        return broken_invariant(self.errors) if self.ref.category != "accuracy" and self.raised else None
+        return broken_invariant(self.failure_text) if self.ref.category != "accuracy" and self.raised else None
 
     @cached_property
     def in_fx_code(self) -> bool:
         """The exception went through FX-generated code (or bound its arguments wrong calling it)."""
-        return self.ref.category != "accuracy" and raised_in_fx_code(self.errors)
+        return self.ref.category != "accuracy" and raised_in_fx_code(self.failure_text)
 
     def on_row(self, row: LadderRow) -> None:
         if row.backend == "eager" and row.dynamic == "script" and row.outcome != "same failure":
@@ -201,8 +209,12 @@ class _LadderRun:
             self.server_ready.set()
 
     async def below(self, first: str | None) -> None:
-        """Below the first failing backend: the bisection, then the near-miss variants."""
-        await self.bisect(first)
+        """Below the first failing backend: Dynamo's internal frames where it left them out, the bisection,
+        then the near-miss variants."""
+        async with anyio.create_task_group() as group:
+            if STRIPPED in self.errors and self.ref.category != "accuracy":
+                group.start_soon(self.rerun_verbose, first)
+            await self.bisect(first)
         report = self.report
         # generated variants only where nothing else says where: not when the bisection isolated the culprit,
         # nor for an exception raised inside torch (its frames say where); the agent's near misses always run
@@ -223,6 +235,13 @@ class _LadderRun:
                     self.state.store, self.case, ref.failure, ref.env, ref.args, self.path, launcher=LAUNCHER,
                     backend=first, timeout_s=run_timeout(ref), limiter=self.limiter, progress=self.progress,
                     budget_s=budget, near_misses=self.misses, generated=generated))
+
+    async def rerun_verbose(self, first: str | None) -> None:
+        """The reproduction's failure with Dynamo's internal frames, which it printed without."""
+        ref = self.ref
+        self.internal = await internal_stack(self.state.store, self.case, ref.failure, ref.env, ref.args, self.path,
+                                             backend=first, timeout_s=run_timeout(ref), limiter=self.limiter,
+                                             progress=self.progress)
 
     async def find_none(self, first: str | None) -> None:
         """Which compiler functions returned a None of their own before the exception that used one."""
@@ -264,13 +283,21 @@ def _gather(result: LocalizeResult, run: _LadderRun) -> None:
         writers = fx_writer_suspects(found.report, found.errors) if found is not None else []
         named = {(s.file, s.function) for s in [*result.suspects, *raised]}
         # a graph break's site and what decided it: ahead of the frames, which Dynamo re-raised elsewhere
-        breaks = [s for s in break_site_suspects(run.errors, _torch_dir(run)) if (s.file, s.function) not in named]
+        breaks = [s for s in break_site_suspects(run.failure_text, _torch_dir(run))
+                  if (s.file, s.function) not in named]
+        sites = {(s.file, s.line): s for s in breaks}
+        for frame in raised:  # the site is also a frame of the traceback: one suspect, ranked as the site
+            if (frame.file, frame.line) in sites:
+                sites[frame.file, frame.line].why += f"; also the traceback's {frame.why}"
+        raised = [s for s in raised if (s.file, s.line) not in sites]
         # a None the exception used comes right after its innermost frame; one that may have broken an invariant
         # after the assertion's caller too
         cut = 1 if run.none_used else 2
         result.suspects += breaks + raised[:cut] + _origins(run, raised) + writers + raised[cut:]
         if found is not None and (note := generated_code_note(found.report, found.errors)):
             result.notes.append(note)
+        if run.internal:
+            result.notes.append(INTERNAL_NOTE)
     result.variants = [v.outcome for v in run.varied]
     result.circumstances = circumstances(result.variants)
     run.spectra += [v.spectrum for v in run.varied if v.spectrum is not None]
