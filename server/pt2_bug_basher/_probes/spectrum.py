@@ -16,11 +16,10 @@ caller of that return, "meet" (0 and None when none was).
 
 `--fx-writers` records, while FX generates the Python code of a graph (`CodeGen._gen_python_code`, under a
 profile hook), which function of torch/fx wrote each piece of it:
-{"fx_code": {"failing": [{"file", "line", "text", "innermost"}, ...], "message": "...", "graphs": [{"src": the
+{"fx_code": {"failing": [{"file", "line", "text"}, ...], "message": "...", "graphs": [{"src": the
 generated code, "fragments": [[file, function, first_line, line, text, "append" or "return"], ...]}, ...]}}:
-"failing" holds the exception's frames in FX-generated code, innermost first ("innermost": it raised there, not
-in a function it called); "graphs" the last graphs generated and the one that raised, most recent last; the
-fragments are in the order written.
+"failing" holds the exception's frames in FX-generated code, innermost first; "graphs" the last graphs generated
+and the one that raised, most recent last; the fragments are in the order written.
 
 Runs in the interpreter under investigation; imports nothing from pt2_bug_basher. Also run in children of the
 fork server.
@@ -248,11 +247,11 @@ class _FxWriters:
         that raised first, when its frames are still on the exception: FX re-raises from its own call without
         them, and the run's stderr has them)."""
         failing, src = [], None
-        for depth, frame in enumerate(reversed(_traceback_frames(exc))):
+        for frame in reversed(_traceback_frames(exc)):
             name = frame.f_code.co_filename
             if name.startswith(GENERATED_PREFIX):
                 line = frame.f_lineno
-                failing.append({"file": name, "line": line, "innermost": depth == 0,
+                failing.append({"file": name, "line": line,
                                 "text": linecache.getline(name, line, frame.f_globals).rstrip("\n")})
                 if src is None:
                     src = "".join(linecache.getlines(name, frame.f_globals))

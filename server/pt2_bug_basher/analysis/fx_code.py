@@ -5,8 +5,9 @@ arguments its `def` does not take, names no torch function: the code's author is
 no longer on the stack. The spectrum probe's `--fx-writers` run records which function of torch/fx wrote each
 fragment of that code; these functions read the record. The suspects, most likely first:
 - for a None used on the failing line: the writer of the generated statement that set that name to None;
-- for a call that binds its arguments wrong: the writer of the generated `def`;
-- the writer of the failing statement itself, where it raised (not a torch function it called).
+- for a call that binds its arguments wrong: the writer of the generated `def`.
+The failing statement's own writer is no suspect: FX writes every call of a graph the same way (`emit_node`), so
+an op that raised on it says the graph is wrong, not its code; the note names the line for the agent to read.
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ from pt2_bug_basher.domain.evidence import Suspect
 
 GENERATED_FILE = "<eval_with_key>"
 GENERATED_FRAME = re.compile(r'File "<eval_with_key>\.\d+", line \d+, in (?!<module>)')
-# a frame FX printed, its code line, a caret line perhaps, and whether another frame follows it
+# a frame FX printed, and its code line
 PRINTED_FRAME = re.compile(r'File "(?P<file><eval_with_key>\.\d+)", line (?P<line>\d+), in (?!<module>)\S+\n'
-                           r'(?P<text>[^\n]*)\n(?:[ \t]*[~^]+[ \t]*\n)?(?P<deeper>[ \t]*File ")?')
+                           r'(?P<text>[^\n]*)')
 NONE_USED = re.compile(r"'NoneType'|\bNone\b")
 # a call to a graph module's generated forward whose arguments its def does not bind
 BAD_BINDING = re.compile(r"\b(?P<fn>forward)\(\) (takes \d+ positional|missing \d+ required|"
@@ -66,7 +67,7 @@ def failing_lines(report: dict, error_text: str = "") -> list[dict]:
     failing = [f for f in report.get("failing") or [] if isinstance(f, dict) and isinstance(f.get("line"), int)]
     if failing:
         return failing
-    printed = [{"file": m["file"], "line": int(m["line"]), "text": m["text"], "innermost": m["deeper"] is None}
+    printed = [{"file": m["file"], "line": int(m["line"]), "text": m["text"]}
                for m in PRINTED_FRAME.finditer(error_text)]
     return printed[::-1]
 
@@ -153,11 +154,6 @@ def fx_writer_suspects(report: dict, error_text: str = "") -> list[Suspect]:
                     out.append(_suspect(writer, f"wrote `{found[-1]}` into the code FX generated (line {number}), "
                                                 f"and {place} then used `{names}`: {message[:120]}"))
                     break
-        # the statement's own writer only where the statement itself raised, not a torch function it called
-        writer = writer_of(statement, fragments) if failing[0].get("innermost") else None
-        if writer is not None:
-            out.append(_suspect(writer, f"wrote `{statement[:80]}`, the statement of FX-generated code that raised "
-                                        f"({place}): {message[:120]}"))
     else:
         bad = BAD_BINDING.search(message)
         header = next((line for line in lines if bad is not None and line.lstrip().startswith(f"def {bad['fn']}(")),
