@@ -131,6 +131,7 @@ class _LadderRun:
     origins: NoneReturns | None = None
     writers: FxWriters | None = None
     internal: str | None = None  # the failure's stderr with Dynamo's internal frames (TORCHDYNAMO_VERBOSE=1)
+    internal_read: anyio.Event = field(default_factory=anyio.Event)
     table_read: anyio.Event = field(default_factory=anyio.Event)
     server_ready: anyio.Event = field(default_factory=anyio.Event)
     # The bisector's table and trial server are only wanted when the bug may be below Dynamo: they wait for
@@ -143,6 +144,8 @@ class _LadderRun:
         """The ladder, with the bisector read beside it; the trial server is closed when it ends."""
         async with anyio.create_task_group() as group:
             group.start_soon(self.read, group)
+            if self.stripped:  # the script as it is, beside the ladder: the frames are its exception's
+                group.start_soon(self.rerun_verbose)
             try:
                 result = await run_ladder(self.state.store, self.case, self.ref, self.path, progress=self.progress,
                                           limiter=self.limiter, below=self.below, on_row=self.on_row,
@@ -160,6 +163,11 @@ class _LadderRun:
     def errors(self) -> str:
         """The reproduction's stderr, read once."""
         return _reproduction_errors(self.state, self.ref)
+
+    @cached_property
+    def stripped(self) -> bool:
+        """Dynamo left its internal frames out of the reproduction's traceback (and it is no mismatch)."""
+        return STRIPPED in self.errors and self.ref.category != "accuracy"
 
     @property
     def failure_text(self) -> str:
@@ -209,12 +217,11 @@ class _LadderRun:
             self.server_ready.set()
 
     async def below(self, first: str | None) -> None:
-        """Below the first failing backend: Dynamo's internal frames where it left them out, the bisection,
-        then the near-miss variants."""
-        async with anyio.create_task_group() as group:
-            if STRIPPED in self.errors and self.ref.category != "accuracy":
-                group.start_soon(self.rerun_verbose, first)
-            await self.bisect(first)
+        """Below the first failing backend: the bisection, then (with Dynamo's internal frames, where it left
+        them out) the near-miss variants."""
+        await self.bisect(first)
+        if self.stripped:
+            await self.internal_read.wait()
         report = self.report
         # generated variants only where nothing else says where: not when the bisection isolated the culprit,
         # nor for an exception raised inside torch (its frames say where); the agent's near misses always run
@@ -236,12 +243,15 @@ class _LadderRun:
                     backend=first, timeout_s=run_timeout(ref), limiter=self.limiter, progress=self.progress,
                     budget_s=budget, near_misses=self.misses, generated=generated))
 
-    async def rerun_verbose(self, first: str | None) -> None:
+    async def rerun_verbose(self) -> None:
         """The reproduction's failure with Dynamo's internal frames, which it printed without."""
         ref = self.ref
-        self.internal = await internal_stack(self.state.store, self.case, ref.failure, ref.env, ref.args, self.path,
-                                             backend=first, timeout_s=run_timeout(ref), limiter=self.limiter,
-                                             progress=self.progress)
+        try:
+            self.internal = await internal_stack(self.state.store, self.case, ref.failure, ref.env, ref.args,
+                                                 self.path, backend=None, timeout_s=run_timeout(ref),
+                                                 limiter=self.limiter, progress=self.progress)
+        finally:
+            self.internal_read.set()
 
     async def find_none(self, first: str | None) -> None:
         """Which compiler functions returned a None of their own before the exception that used one."""
