@@ -137,6 +137,28 @@ def plant(checkout: Path, bug: PlantedBug, *, commit: bool = True) -> None:
                        capture_output=True)
 
 
+async def localize_upstream(root: Path, checkout: Path, python: Path, bug: PlantedBug, script: str) -> dict:
+    """The bug planted and pushed (a remote branch holds it, so no own-change rule names it), its repro written
+    as `script`, reproduced and localized (no bisection) through an MCP client: localize's result."""
+    from mcp import Client
+
+    from pt2_bug_basher.case.config import ServerConfig
+    from pt2_bug_basher.mcp_server.server import create_server
+
+    plant(checkout, bug)
+    subprocess.run(["git", "update-ref", "refs/remotes/origin/main", "HEAD"], cwd=checkout, check=True)
+    (checkout / script).write_text(bug.repro)
+    config = ServerConfig(state_dir=root / "state", default_repo=checkout, allowed_roots=(root,))
+    async with Client(create_server(config)) as client:
+        env = await client.call_tool("check_env", {"python": str(python), "repo": str(checkout)})
+        case_id = env.structured_content["case_id"]
+        run = await client.call_tool("run_with_logs", {"case_id": case_id, "script": script})
+        assert run.structured_content["reproduced"], run.structured_content
+        result = await client.call_tool("localize", {"case_id": case_id, "bisect_budget_s": 0})
+    assert not result.is_error, result.content[0].text
+    return result.structured_content
+
+
 def unplant(checkout: Path, bug: PlantedBug) -> None:
     path = checkout / bug.file
     path.write_text(path.read_text().replace(bug.new, bug.old))

@@ -11,7 +11,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from mcp import Client
 
 from pt2_bug_basher.analysis.fx_code import failing_lines, fx_writer_suspects, generated_code_note, raised_in_fx_code
 
@@ -148,28 +147,14 @@ async def test_localize_names_the_fx_codegen_function_that_freed_a_value_too_ear
     """FX's code generation frees a value one use too early: the graph's generated code adds to a None. No
     torch frame is on the stack and the commit is upstream; the record of who wrote the generated code names
     the function that wrote the early `= None`."""
-    from planted_bugs import PlantedBug, plant
-    from torch_checkout import build_torch_checkout, git
-
-    from pt2_bug_basher.case.config import ServerConfig
-    from pt2_bug_basher.mcp_server.server import create_server
+    from planted_bugs import PlantedBug, localize_upstream
+    from torch_checkout import build_torch_checkout
 
     made = build_torch_checkout(tmp_path)
     bug = PlantedBug(name="fx_delete", file=DELETE_FILE, old=DELETE_OLD, new=DELETE_NEW, repro=DELETE_REPRO,
                      layer="Dynamo", guilty="CodeGen._gen_python_code.<locals>.delete_unused_values",
                      what="frees a value while it still has a user", commit_message="fx: codegen tidy")
-    plant(made.checkout, bug)
-    git(made.checkout, "update-ref", "refs/remotes/origin/main", "HEAD")
-    (made.checkout / "repro_fx.py").write_text(bug.repro)
-    config = ServerConfig(state_dir=made.root / "state", default_repo=made.checkout, allowed_roots=(made.root,))
-    async with Client(create_server(config)) as client:
-        env = await client.call_tool("check_env", {"python": str(made.python), "repo": str(made.checkout)})
-        case_id = env.structured_content["case_id"]
-        run = await client.call_tool("run_with_logs", {"case_id": case_id, "script": "repro_fx.py"})
-        assert run.structured_content["reproduced"], run.structured_content
-        result = await client.call_tool("localize", {"case_id": case_id, "bisect_budget_s": 0})
-    assert not result.is_error, result.content[0].text
-    data = result.structured_content
+    data = await localize_upstream(made.root, made.checkout, made.python, bug, "repro_fx.py")
     top = data["suspects"][0]
     assert (top["file"], top["function"]) == (DELETE_FILE, bug.guilty), data["suspects"][:5]
     assert "fx_codegen" in top["evidence"] and "= None` into the code FX generated" in top["why"], top

@@ -11,7 +11,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from mcp import Client
 
 from pt2_bug_basher.analysis.suspects import MAX_NONE_ORIGINS, broken_invariant, none_origin_suspects, none_used
 
@@ -283,29 +282,15 @@ async def test_the_wrapper_that_returned_the_none_a_compiled_call_used_is_named(
     """A bare `return` where `return compiled_fn` was meant: the compiled call fails much later, in a frame that
     only calls what it was given, and the commit is upstream (a remote branch holds it), so no own-change rule
     names it. The run that records the Nones names the wrapper's post_compile, and says how it returned."""
-    from planted_bugs import PlantedBug, plant
-    from torch_checkout import build_torch_checkout, git
-
-    from pt2_bug_basher.case.config import ServerConfig
-    from pt2_bug_basher.mcp_server.server import create_server
+    from planted_bugs import PlantedBug, localize_upstream
+    from torch_checkout import build_torch_checkout
 
     made = build_torch_checkout(tmp_path)
     bug = PlantedBug(name="effect_tokens", file=EFFECT_TOKENS_FILE, old=EFFECT_TOKENS_OLD, new=EFFECT_TOKENS_NEW,
                      repro=EFFECT_TOKENS_REPRO, layer="AOTAutograd", guilty="EffectTokensWrapper.post_compile",
                      what="returns None instead of the compiled function when there are no effect tokens",
                      commit_message="AOTAutograd: effect tokens wrapper tidy")
-    plant(made.checkout, bug)
-    git(made.checkout, "update-ref", "refs/remotes/origin/main", "HEAD")
-    (made.checkout / "repro_tokens.py").write_text(bug.repro)
-    config = ServerConfig(state_dir=made.root / "state", default_repo=made.checkout, allowed_roots=(made.root,))
-    async with Client(create_server(config)) as client:
-        env = await client.call_tool("check_env", {"python": str(made.python), "repo": str(made.checkout)})
-        case_id = env.structured_content["case_id"]
-        run = await client.call_tool("run_with_logs", {"case_id": case_id, "script": "repro_tokens.py"})
-        assert run.structured_content["reproduced"], run.structured_content
-        result = await client.call_tool("localize", {"case_id": case_id, "bisect_budget_s": 0})
-    assert not result.is_error, result.content[0].text
-    data = result.structured_content
+    data = await localize_upstream(made.root, made.checkout, made.python, bug, "repro_tokens.py")
     assert data["layer"] == "AOTAutograd", data["table"]
     top3 = [(s["file"], s["function"]) for s in data["suspects"][:3]]
     assert (EFFECT_TOKENS_FILE, "EffectTokensWrapper.post_compile") in top3, data["suspects"][:5]
