@@ -45,10 +45,15 @@ class Fragment:
 
 
 def raised_in_fx_code(error_text: str) -> bool:
-    """The run's exception went through FX-generated code, or bound its arguments wrong calling it."""
-    if GENERATED_FRAME.search(error_text):  # also in the traceback FX prints itself before re-raising
+    """Whether a record of the code's writers can name one: the run's exception used a None in FX-generated code,
+    or bound its arguments wrong calling it. Any other exception there (an op that raised on a statement FX
+    wrote as it writes every call) asks for no run."""
+    parsed = parse(error_text)
+    messages = [b.exc.message or "" for b in parsed.blocks if b.exc is not None]
+    # the frame is also in the traceback FX prints itself before re-raising
+    if GENERATED_FRAME.search(error_text) and any(NONE_USED.search(m) for m in messages):
         return True
-    exc = parse(error_text).final_exc
+    exc = parsed.final_exc
     return exc is not None and exc.type in ("TypeError", "builtins.TypeError") and \
         BAD_BINDING.search(exc.message or "") is not None
 

@@ -311,7 +311,7 @@ def _gather(result: LocalizeResult, run: _LadderRun) -> None:
     result.variants = [v.outcome for v in run.varied]
     result.circumstances = circumstances(result.variants)
     run.spectra += [v.spectrum for v in run.varied if v.spectrum is not None]
-    run.spectra += [found.spectrum for found in (run.origins, run.writers) if found is not None and found.spectrum]
+    run.spectra += [extra.spectrum for extra in (run.origins, run.writers) if extra is not None and extra.spectrum]
 
 
 def _torch_dir(run: _LadderRun) -> Path | None:
