@@ -26,7 +26,7 @@ pytest_plugins = ["conftest_checkout", "conftest_tiers"]
 @pytest.fixture(scope="session", autouse=True)
 def private_model_cache(tmp_path_factory: pytest.TempPathFactory):
     """Fitted text models go to the test run's own cache (shared by xdist workers), not the user's."""
-    from pt2_bug_basher.analysis.learned import CACHE_DIR_ENV
+    from pt2_bug_basher.case.config import CACHE_DIR_ENV
 
     base = tmp_path_factory.getbasetemp()
     shared = base.parent if base.name.startswith("popen-gw") else base

@@ -10,6 +10,7 @@ from corpus_samples import CORPUS, HELDOUT, TUNING
 from pt2_bug_basher.analysis import learned
 from pt2_bug_basher.analysis.classify import classify, guessed
 from pt2_bug_basher.analysis.learned import LabelledText, TextModel, load_corpus
+from pt2_bug_basher.case.config import CACHE_DIR_ENV
 
 TUNING_BY_ID = {d["id"]: d for d in TUNING}
 # tracebacks rendered by rich (scripts_tuning/), cut above their exception line: no rule and not the
@@ -127,7 +128,7 @@ def test_only_public_reports_are_named_as_similar() -> None:
 
 
 def test_the_default_model_is_fitted_once_and_then_loaded_from_the_cache(tmp_path, monkeypatch) -> None:
-    monkeypatch.setenv(learned.CACHE_DIR_ENV, str(tmp_path))
+    monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path))
     learned.default_model.cache_clear()
     try:
         fitted = learned.default_model()

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pt2_bug_basher.case.config import machine_cache_dir
+
 from .failure import _match_frame, strip_prefix
 
 WINDOW = 64 * 1024  # characters read back from the end of the text, as the fallback does
@@ -52,7 +54,6 @@ _PRINTED_RESULT = re.compile(r"^(?:[\w .()-]{0,40}[:=][^\S\n]*)?"
                              r"(?:tensor\(|array\(|\[+[^\S\n]*[-+]?(?:\d|inf\b|nan\b)|[-+]?\d[\d.e+-]*[^\S\n]*$)",
                              re.MULTILINE)
 SMOOTHING_ALPHA = 1.0  # scikit-learn's default additive smoothing
-CACHE_DIR_ENV = "PT2_BUG_BASHER_CACHE_DIR"
 # corpus files, in the order they are read; a sample labelled `other` has no class to learn
 CORPUS_FILES = ("public.jsonl", "local.jsonl", "local_gpu.jsonl", "tuning.jsonl", "training.jsonl", "heldout.jsonl")
 _PACKAGED_CORPUS = Path(__file__).resolve().parents[1] / "_data" / "corpus"
@@ -211,9 +212,9 @@ def similar_reports(text: str) -> list[SimilarReport]:
 def default_model() -> TextModel:
     """The model fitted on the whole packaged corpus, once per machine and corpus: fitting takes seconds,
     and every command-line call is a new process, so the fitted model is kept in the cache directory
-    (``model_cache_dir()``) under a name that changes with the corpus, the settings and scikit-learn."""
+    (``machine_cache_dir()``) under a name that changes with the corpus, the settings and scikit-learn."""
     directory = corpus_dir()
-    path = model_cache_dir() / f"text-model-{_model_key(directory)}.pickle"
+    path = machine_cache_dir() / f"text-model-{_model_key(directory)}.pickle"
     try:
         model = pickle.loads(path.read_bytes())
         if isinstance(model, TextModel):
@@ -229,14 +230,6 @@ def default_model() -> TextModel:
     except OSError:
         pass  # a read-only cache costs a fit per process, nothing else
     return model
-
-
-def model_cache_dir() -> Path:
-    """Where fitted models are kept: $PT2_BUG_BASHER_CACHE_DIR, else the user's cache directory."""
-    if os.environ.get(CACHE_DIR_ENV):
-        return Path(os.environ[CACHE_DIR_ENV])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "pt2-bug-basher"
 
 
 def _model_key(directory: Path) -> str:

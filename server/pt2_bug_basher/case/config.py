@@ -8,6 +8,16 @@ from pathlib import Path
 
 STATE_DIR_NAME = ".pt2-bug-basher"
 STATE_DIR_ENV = "PT2_BUG_BASHER_STATE_DIR"
+CACHE_DIR_ENV = "PT2_BUG_BASHER_CACHE_DIR"
+
+
+def machine_cache_dir() -> Path:
+    """What the server keeps per machine, not per case (fitted text models, Inductor's ISA probe builds):
+    $PT2_BUG_BASHER_CACHE_DIR, else the user's cache directory."""
+    if os.environ.get(CACHE_DIR_ENV):
+        return Path(os.environ[CACHE_DIR_ENV])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "pt2-bug-basher"
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from pt2_bug_basher.analysis.failure import CASE_INDUCTOR_CACHE
 from pt2_bug_basher.case.pages import read_tail
 from pt2_bug_basher.case.store import CaseRecord, Store, new_id
 from pt2_bug_basher.domain.errors import InvalidInput
+from pt2_bug_basher.execution.isa_builds import share_isa_builds
 from pt2_bug_basher.execution.runner import (
     DEFAULT_LOG_CAP,
     ForkRefused,
@@ -115,12 +116,26 @@ async def execute(
     case (execution/warm.py says when); otherwise, and whenever that cannot be, it is a new process."""
     additions = {**BASE_ENV, **private_cache_env(store, case.case_id), **(env_add or {})}
     environ = {**os.environ, **additions}
-    if warm is not None:
-        forked = await _execute_forked(store, case, argv, tool=tool, cwd=cwd, additions=additions, environ=environ,
-                                       timeout_s=timeout_s, progress=progress, label=label, log_cap=log_cap,
-                                       warm=warm)
-        if forked is not None:
-            return forked
+    cache_dir = Path(additions[CACHE_ENV])
+    share_isa_builds(cache_dir, environ)
+    try:
+        if warm is not None:
+            forked = await _execute_forked(store, case, argv, tool=tool, cwd=cwd, additions=additions,
+                                           environ=environ, timeout_s=timeout_s, progress=progress, label=label,
+                                           log_cap=log_cap, warm=warm)
+            if forked is not None:
+                return forked
+        return await _execute_new(store, case, argv, tool=tool, cwd=cwd, additions=additions, environ=environ,
+                                  timeout_s=timeout_s, progress=progress, label=label, log_cap=log_cap)
+    finally:
+        share_isa_builds(cache_dir, environ)
+
+
+async def _execute_new(
+    store: Store, case: CaseRecord, argv: list[str], *, tool: str, cwd: Path, additions: dict[str, str],
+    environ: dict[str, str], timeout_s: float, progress: ProgressFn | None, label: str, log_cap: int,
+) -> RunResult:
+    """The run as a new process."""
     run_id = new_id("run")
     run_dir = store.case_dir(case.case_id) / "runs" / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
