@@ -31,6 +31,9 @@ COMPILED_MARK = "PT2BB-COMPILED:"
 # dynamo_timed phases that compile a captured graph (the FX minifier's repros call them without Dynamo)
 _BACKEND_TIMERS = ("OutputGraph.call_user_compiler", "compile_fx_inner", "create_aot_dispatcher_function")
 _THIS = os.path.abspath(__file__)
+# torch's own torch.compile calls that choose their backend on purpose, left as they are and not announced: a
+# higher-order op run eagerly (torch.cond, while_loop, ... in eager code or under torch.export) compiles its body
+_OWN_CALLERS = (os.path.join("torch", "_higher_order_ops", ""),)
 
 
 def _parse_dynamic(value: str | None):
@@ -54,19 +57,23 @@ def patch_torch(backend: str | None, dynamic="keep", mark: bool = True) -> None:
         if mark:
             print(f"{MARK} {what}", file=sys.stderr, flush=True)
 
+    def torchs_own(frame) -> bool:
+        return any(part in frame.f_code.co_filename for part in _OWN_CALLERS)
+
     def forced_compile(model=None, *args, **kwargs):
         if depth[0]:
             return original_compile(*args, **kwargs) if model is None else original_compile(model, *args, **kwargs)
-        before = kwargs.get("backend", "inductor")
-        if backend is not None:
-            kwargs["backend"] = backend
-            if backend != "inductor":
-                kwargs.pop("mode", None)
-                kwargs.pop("options", None)
-        if dynamic != "keep":
-            kwargs["dynamic"] = dynamic
-        say(f"torch.compile backend={_name(before)}->{_name(kwargs.get('backend', 'inductor'))} "
-            f"dynamic={kwargs.get('dynamic')}")
+        if not torchs_own(sys._getframe(1)):  # torch's own call runs as it is, and its optimize too (depth)
+            before = kwargs.get("backend", "inductor")
+            if backend is not None:
+                kwargs["backend"] = backend
+                if backend != "inductor":
+                    kwargs.pop("mode", None)
+                    kwargs.pop("options", None)
+            if dynamic != "keep":
+                kwargs["dynamic"] = dynamic
+            say(f"torch.compile backend={_name(before)}->{_name(kwargs.get('backend', 'inductor'))} "
+                f"dynamic={kwargs.get('dynamic')}")
         if model is None:  # decorator with arguments: the decorator it returns calls torch.compile again
             inner = original_compile(*args, **kwargs)
 
@@ -85,7 +92,7 @@ def patch_torch(backend: str | None, dynamic="keep", mark: bool = True) -> None:
             depth[0] -= 1
 
     def forced_optimize(*args, **kwargs):
-        if depth[0]:
+        if depth[0] or torchs_own(sys._getframe(1)):
             return original_optimize(*args, **kwargs)
         before = kwargs.get("backend", args[0] if args else "inductor")
         if backend is not None:
