@@ -373,6 +373,21 @@ def test_with_no_passing_run_only_the_users_own_changes_that_ran_are_named(tmp_p
     assert "uncommitted edits" in sentence and f"git diff -- {file}" in sentence, sentence
 
 
+@pytest.mark.anyio
+async def test_the_note_on_no_passing_run_names_good_ref_only_where_it_was_not_passed():
+    from pt2_bug_basher.reduce.ladder import LocalizeResult
+    from pt2_bug_basher.steps.localize import GOOD_REF_HINT, NO_PASSING_RUN, _rank
+
+    failing = [Spectrum(f"run-{i}", True, {"torch/fx/graph.py": frozenset({1, 2})}) for i in range(2)]
+    for given, note in ((False, f"{NO_PASSING_RUN} {GOOD_REF_HINT}"), (True, NO_PASSING_RUN)):
+        result = LocalizeResult.model_construct(suspects=[], notes=[])
+        await _rank(result, failing, given)
+        assert result.notes == [note]
+    result = LocalizeResult.model_construct(suspects=[], notes=[])
+    await _rank(result, [*failing, Spectrum("run-ok", False, {"torch/fx/graph.py": frozenset({1})})], False)
+    assert result.notes == []
+
+
 def test_a_pushed_change_since_the_commit_where_the_repro_passed_is_named_without_a_passing_run(tmp_path: Path):
     """The agent says it worked before a pull (good_ref): the lines changed since then that a failing run ran
     are suspects although the commit is pushed and no run passed, and those that no failing run ran are not."""

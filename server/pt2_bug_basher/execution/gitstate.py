@@ -207,7 +207,8 @@ def good_commit(repo_dir: Path, ref: str) -> tuple[str, int]:
         repo.git.merge_base("--is-ancestor", sha, "HEAD", kill_after_timeout=BLAME_TIMEOUT_S)
     except (git.GitCommandError, ValueError):
         raise InvalidInput(f"good_ref {ref!r} names no commit of {repo_dir} that HEAD descends from: pass one from "
-                           "`git log` there (where the repro passed), or leave good_ref out.") from None
+                           "`git log` or `git reflog` there (where the repro passed, e.g. the commit before a pull), "
+                           "or leave good_ref out.") from None
     return sha.strip(), ahead
 
 

@@ -72,9 +72,10 @@ NO_PASSING_RUN = ("Every run localize made failed the case's way (rungs and vari
                   "no passing run to contrast and rank no function by themselves. A near miss does: copy the repro, "
                   "change one thing so that it passes (the same operation written another way, an input that is "
                   "not mutated, one statement less) and pass the copies to localize as near_misses; their coverage "
-                  "then splits the lines every failing run ran. If the repro passed at an earlier commit (it "
-                  "broke with a pull or a rebase), pass that commit as good_ref: every line changed since then "
-                  "that a failing run ran becomes a suspect.")
+                  "then splits the lines every failing run ran.")
+GOOD_REF_HINT = ("If the repro passed at an earlier commit (it broke with a pull or a rebase), pass that commit as "
+                 "good_ref (ORIG_HEAD, or the commit `git reflog` shows before the pull): every line changed since "
+                 "then that a failing run ran becomes a suspect.")
 VARIANTS_SHARE = 0.5
 VARIANTS_FLOOR_S = 2.0
 
@@ -99,7 +100,7 @@ async def localize(
                      variants_budget_s)
     result = await run.ladder()
     _gather(result, run)
-    await _rank(result, run.spectra)
+    await _rank(result, run.spectra, good_ref is not None)
     changes = await _recent(result, Path(case.repo), run.spectra, good and Since(good_ref or "", *good))
     _explain(result, changes)
     if note := copy_note(chosen):
@@ -331,11 +332,12 @@ def _origins(run: _LadderRun, raised: list[Suspect]) -> list[Suspect]:
             if (s.file, s.function) not in named]
 
 
-async def _rank(result: LocalizeResult, spectra: list[Spectrum]) -> None:
-    """The spectra's ranked functions merged into the suspects; a note when no run passed."""
+async def _rank(result: LocalizeResult, spectra: list[Spectrum], good_ref_given: bool) -> None:
+    """The spectra's ranked functions merged into the suspects; a note when no run passed (naming good_ref only
+    where it was not passed)."""
     result.suspects = merge(result.suspects, await anyio.to_thread.run_sync(spectral, spectra))
     if spectra and all(s.failed for s in spectra):
-        result.notes.append(NO_PASSING_RUN)
+        result.notes.append(NO_PASSING_RUN if good_ref_given else f"{NO_PASSING_RUN} {GOOD_REF_HINT}")
 
 
 async def _recent(result: LocalizeResult, repo: Path, spectra: list[Spectrum],
