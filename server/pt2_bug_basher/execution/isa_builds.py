@@ -21,7 +21,7 @@ from filelock import FileLock, Timeout
 
 from pt2_bug_basher.case.config import machine_cache_dir
 
-PROBE_MARKER = b"__avx_chk_kernel"  # the probe's entry point (cpu_vec_isa.VecISA._avx_code)
+PROBE_MARKER = b"_chk_kernel"  # every probe's entry point in cpu_vec_isa.py: __avx_chk_kernel, __amx_chk_kernel, ...
 MAX_PROBE_SOURCE = 8192  # bytes: the probe is a few hundred; a kernel's source is not read past this
 BUILD_SUFFIXES = (".cpp", ".so")
 DISABLED_ENV = "TORCHINDUCTOR_FORCE_DISABLE_CACHES"  # Inductor then builds in a new temporary directory
