@@ -28,7 +28,9 @@ from pathlib import Path
 import anyio
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "server"), str(ROOT / "tests")]
+# --server-src DIR: the package of another commit's tree (bench_localize_then_now.py), read before any import of it
+SERVER_SRC = next((sys.argv[i + 1] for i, arg in enumerate(sys.argv[:-1]) if arg == "--server-src"), None)
+sys.path[:0] = [SERVER_SRC or str(ROOT / "server"), str(ROOT / "tests")]
 
 from planted_bugs import PLANTED, PlantedBug, plant  # noqa: E402
 from torch_checkout import build_torch_checkout, git  # noqa: E402
@@ -84,9 +86,12 @@ async def ours(root: Path, checkout: Path, python: Path, script: Path, state: Pa
 
 async def _stall_report(after_s: float) -> None:
     """A localize still running after `after_s`: every task's chain of awaits to stderr, to see what it waits on."""
-    from pt2_bug_basher.execution.stalls import task_chains
-
     await anyio.sleep(after_s)
+    try:
+        from pt2_bug_basher.execution.stalls import task_chains
+    except ImportError:  # an older tree (--server-src) without it
+        print(f"localize still running after {after_s:.0f} s", file=sys.stderr)
+        return
     print(f"localize still running after {after_s:.0f} s; its tasks:", *task_chains(), sep="\n", file=sys.stderr)
 
 
@@ -127,6 +132,8 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", choices=sorted(PLANTED))
     parser.add_argument("--json", type=Path)
     parser.add_argument("--skip-baseline", action="store_true")
+    parser.add_argument("--server-src", help="run localize from this directory's pt2_bug_basher (an older tree's "
+                                             "`server/`), not the working tree's")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="bench-bisect-"))
     made = build_torch_checkout(root)
