@@ -114,6 +114,20 @@ def test_without_a_compiled_call_nothing_reproduces():
     assert Oracle(REPRO, RERUN).judge_failure(seen_as(None)).matches
 
 
+def test_a_candidate_of_a_case_through_export_alone_needs_no_compiled_call():
+    """torch.export converts no frame Dynamo counts (an eager torch.cond does): a reduced export repro is
+    judged on its failure and where the script raised it, not on Dynamo's counters."""
+    from pt2_bug_basher.analysis.compare import EXPORT_CANDIDATE
+
+    oracle = Oracle(REPRO, EXPORT_CANDIDATE, script_name="repro.py")
+    for compiled in (Compiled(), Compiled(frames=1, frames_ok=0), None):
+        assert oracle.judge_failure(seen_as(compiled)).matches, compiled
+        assert not Oracle(REPRO, CANDIDATE, script_name="repro.py").judge_failure(seen_as(compiled)).matches
+    # the own check still holds: an assertion raised in torch is another failure
+    inside = oracle.judge_failure(seen_as(Compiled(), "/site-packages/torch/export/x.py", in_torch=True))
+    assert not inside.matches and "in torch" in inside.reason
+
+
 def test_an_accuracy_failure_is_the_scripts_own_comparison_after_compiled_code_ran():
     oracle = Oracle(REPRO, TRIAL, script_name="repro.py")
     ran = Compiled(frames=1, frames_ok=1)
@@ -173,3 +187,28 @@ def test_a_fullgraph_failure_reports_the_frame_dynamo_began_converting(tmp_path)
     assert ran.returncode == 1 and "Unsupported" in ran.stderr
     report = compiled_report(ran.stderr)
     assert report is not None and report.frames >= 1 and report.frames_ok == 0 and report.any
+
+
+def test_the_reducer_judges_candidates_of_an_export_case_without_a_compiled_call(tmp_path):
+    """minify picks the rules from localize's layer for this failure, else from what the script calls."""
+    import sys
+
+    from pt2_bug_basher.analysis.compare import EXPORT_CANDIDATE
+    from pt2_bug_basher.case.store import Store
+    from pt2_bug_basher.domain.evidence import LocalizeRecord
+    from pt2_bug_basher.reduce.ladder import Reference
+    from pt2_bug_basher.reduce.minify import candidate_rules
+
+    store = Store(tmp_path / "state")
+    case = store.create_case(str(tmp_path), sys.executable, {})
+    ref = Reference(case.case_id, tmp_path / "repro.py", [], "SIG-1", "export", "AssertionError", "x", {}, 1.0, [])
+    exported = "ep = torch.export.export(M(), (x,))\n"
+    compiled = "out = torch.compile(f)(x)\n"
+    assert candidate_rules(store, case, ref, exported) is EXPORT_CANDIDATE
+    assert candidate_rules(store, case, ref, exported + compiled) is CANDIDATE
+    store.set_localization(case.case_id, LocalizeRecord(layer="Dynamo", signature="SIG-1"))
+    assert candidate_rules(store, case, ref, exported) is CANDIDATE  # localize's runs say more than the text
+    store.set_localization(case.case_id, LocalizeRecord(layer="export", signature="SIG-1"))
+    assert candidate_rules(store, case, ref, exported + compiled) is EXPORT_CANDIDATE
+    store.set_localization(case.case_id, LocalizeRecord(layer="export", signature="SIG-other"))  # another failure's
+    assert candidate_rules(store, case, ref, compiled) is CANDIDATE

@@ -12,7 +12,8 @@ its failure. `same_failure(seen, wanted, rules)` answers at the strictest level 
 * ``category`` — the same category alone, where the caller accepts it.
 
 `Rules` holds what legitimately differs between the callers; the presets name them:
-`CANDIDATE` (the source reducer's candidates and result), `TRIAL` (localize's rungs, the bisector's
+`CANDIDATE` (the source reducer's candidates and result; `EXPORT_CANDIDATE` where the script reaches the
+compiler through torch.export alone), `TRIAL` (localize's rungs, the bisector's
 trials, the minimality judge's run), `FX_RESULT` (PyTorch's minifier's repro), `RERUN` /
 `RERUN_OR_ACCURACY` (runs of the script without the launcher's report), `new_test(...)` (register_test: the test against
 the reproduction), `on_other_ref(...)` (make_worktree: the registered test on another ref against
@@ -199,11 +200,16 @@ class Rules:
     own_check: bool = False
     """An accuracy case's failure must be the script's own comparison: the exception is raised in the
     script's file, after Dynamo converted a frame."""
+    through_export: bool = False
+    """The case reaches the compiler through torch.export alone (no torch.compile of the script's): Dynamo's
+    counters prove nothing (an eager torch.cond converts frames of its own), so no compiled call is asked for,
+    and an own check is judged by where it was raised."""
 
 
 RERUN = Rules(reruns=True)
 RERUN_OR_ACCURACY = Rules(reruns=True, category_alone="accuracy")
 CANDIDATE = Rules(reruns=True, compiled_call=True, own_check=True)
+EXPORT_CANDIDATE = Rules(reruns=True, own_check=True, through_export=True)
 TRIAL = Rules(reruns=True, category_alone="accuracy", compiled_call=True, own_check=True)
 # PyTorch's minifier writes the repro and its checker (AccuracyError in torch): no own comparison to ask for
 FX_RESULT = Rules(reruns=True, category_alone="accuracy", compiled_call=True)
@@ -362,7 +368,8 @@ class Oracle:
         return match
 
     def _not_own_check(self, seen: Failure) -> str | None:
-        if seen.compiled is not None and seen.compiled.frames_ok == 0 and seen.compiled.backend_compiles == 0:
+        if not self.rules.through_export and seen.compiled is not None and seen.compiled.frames_ok == 0 \
+                and seen.compiled.backend_compiles == 0:
             return "raised before any compiled code ran"
         where = seen.raised_by
         if where is None:

@@ -11,7 +11,16 @@ from pathlib import Path
 import anyio
 from pydantic import BaseModel, Field
 
-from pt2_bug_basher.analysis.compare import CANDIDATE, TRIAL, Match, Rules, describe, run_failure
+from pt2_bug_basher.analysis.compare import (
+    CANDIDATE,
+    EXPORT_CANDIDATE,
+    TRIAL,
+    Match,
+    Rules,
+    describe,
+    run_failure,
+)
+from pt2_bug_basher.analysis.verdict import uses_export
 from pt2_bug_basher.case.store import CaseRecord, Store
 from pt2_bug_basher.domain.calls import format_call
 from pt2_bug_basher.domain.errors import BugBasherError, InvalidInput, NotFound
@@ -21,7 +30,7 @@ from pt2_bug_basher.execution.cpus import usable_cpus
 from pt2_bug_basher.execution.repro import COMPILE_OFF_ENV
 from pt2_bug_basher.execution.runs import LAUNCHER, RunResult, execute
 from pt2_bug_basher.execution.warm import WarmRequest
-from pt2_bug_basher.playbooks import PLAYBOOKS, reducer_for
+from pt2_bug_basher.playbooks import EXPORT, PLAYBOOKS, reducer_for
 from pt2_bug_basher.reduce import minimal
 from pt2_bug_basher.reduce.ladder import Reference, run_timeout
 
@@ -96,6 +105,18 @@ def check_budget(budget_s: float | None) -> float:
     if not (MIN_BUDGET_S <= budget_s <= MAX_BUDGET_S):
         raise InvalidInput(f"budget_s must be between {MIN_BUDGET_S:.0f} and {MAX_BUDGET_S:.0f} seconds.")
     return float(budget_s)
+
+
+def candidate_rules(store: Store, case: CaseRecord, ref: Reference, source: str) -> Rules:
+    """How a reduced candidate is judged: EXPORT_CANDIDATE where the script reaches the compiler through
+    torch.export alone (localize's ladder found no call of its to swap; without a localisation, its source
+    calls export and neither torch.compile nor optimize), else CANDIDATE."""
+    loc = store.localization(case.case_id)
+    if loc is not None and loc.signature == ref.signature:
+        return EXPORT_CANDIDATE if loc.layer == EXPORT else CANDIDATE
+    if uses_export(source) and not any(call in source for call in ("compile(", "optimize(")):
+        return EXPORT_CANDIDATE
+    return CANDIDATE
 
 
 def pick_mode(store: Store, case: CaseRecord, ref: Reference) -> tuple[str, str, str]:
@@ -302,7 +323,7 @@ async def _source(store, case, ref, script, budget_s, progress, work, result: Mi
         evaluator = await _evaluator(store, case, ref, original, work, result, group)
         reducer = SourceReducer(ref, evaluator, work, cwd=run_cwd, name=script.name,
                                 timeout_s=run_timeout(ref, factor=3.0, floor=30.0), deadline=deadline,
-                                progress=progress)
+                                progress=progress, rules=candidate_rules(store, case, ref, original))
 
         async def heartbeat() -> None:  # a long candidate must not leave the client without news
             while True:
@@ -341,8 +362,8 @@ async def _source(store, case, ref, script, budget_s, progress, work, result: Mi
     confirm_script = confirm_dir / script.name
     shutil.copyfile(target, confirm_script)
     await progress("source reducer: confirming the reduced repro in a fresh process")
-    confirm, judged = await confirm_run(store, case, ref, confirm_script, CANDIDATE, cwd=run_cwd, progress=progress,
-                                        label="confirm run")
+    confirm, judged = await confirm_run(store, case, ref, confirm_script, candidate_rules(store, case, ref, original),
+                                        cwd=run_cwd, progress=progress, label="confirm run")
     verdict = run_failure(confirm)
     result.confirmed = judged.matches
     result.comparison = judged.level

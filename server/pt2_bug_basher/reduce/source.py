@@ -39,7 +39,7 @@ import anyio
 import anyio.from_thread
 import anyio.to_thread
 
-from pt2_bug_basher.analysis.compare import CANDIDATE
+from pt2_bug_basher.analysis.compare import CANDIDATE, Rules
 from pt2_bug_basher.analysis.suspects import callee_name
 from pt2_bug_basher.execution.repro import COMPILE_OFF_ENV
 from pt2_bug_basher.reduce.evaluate import Evaluator
@@ -126,7 +126,8 @@ def normalise_source(source: str) -> str:
 
 class SourceReducer:
     def __init__(self, ref: Reference, evaluator: Evaluator, work_dir: Path, *, cwd: Path, name: str,
-                 timeout_s: float, deadline: float, progress: ProgressFn, static_filter: bool = True) -> None:
+                 timeout_s: float, deadline: float, progress: ProgressFn, static_filter: bool = True,
+                 rules: Rules = CANDIDATE) -> None:
         self.ref = ref
         self.evaluator = evaluator
         self.work_dir = work_dir
@@ -148,7 +149,7 @@ class SourceReducer:
         self._settings: frozenset[str] = frozenset()  # the compiler settings of the source being reduced
         self._specialised = 0  # its sizes of 0 or 1
         self._extra_path = [str(ref.script.parent)]
-        self.oracle = ref.oracle(CANDIDATE, work_dir / name)
+        self.oracle = ref.oracle(rules, work_dir / name)
         # accuracy: an assertion may fail whatever the values are; only the compile-off run tells
         self._off_each = ref.off_passes and ref.category == "accuracy"
 
