@@ -190,6 +190,21 @@ async def test_a_run_with_torch_logs_forks_from_the_plain_interpreter_and_logs_l
     assert not traced(plain) and not traced(after)  # the setting stays in the child that asked for it
 
 
+async def test_a_run_with_dynamo_s_verbose_switch_forks_with_the_value_its_import_would_read(case):
+    """TORCHDYNAMO_VERBOSE is read once, into torch._dynamo.config.verbose: the child sets that value."""
+    store, record, repo = case
+    script = repo / "verbose.py"
+    script.write_text("import torch._dynamo.config as c\nprint(c.verbose)\n")
+    argv = [record.python, str(script)]
+    plain = await execute(store, record, argv, tool="t", cwd=repo, warm=WarmRequest())
+    verbose = await execute(store, record, argv, tool="t", cwd=repo, env_add={"TORCHDYNAMO_VERBOSE": "1"},
+                            warm=WarmRequest())
+    after = await execute(store, record, argv, tool="t", cwd=repo, warm=WarmRequest())
+    argv0 = {r.run_id: store.get_run(r.run_id).argv[0] for r in (plain, verbose, after)}
+    assert argv0[verbose.run_id].startswith(FORKED) and len(set(argv0.values())) == 1, argv0
+    assert [r.stdout_text().split() for r in (plain, verbose, after)] == [["False"], ["True"], ["False"]]
+
+
 async def test_pytest_runs_fork_with_the_report_plugin_appended(case):
     store, record, repo = case
     first = await run_pytest(store, record, ["test/test_ops.py"], cwd=repo, rootdir=repo, tool="run_tests",

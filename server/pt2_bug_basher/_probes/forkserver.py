@@ -26,7 +26,8 @@ fork once CUDA is initialised in it. It declines one run ({"declined": why}) who
 folder holds a module it imported from elsewhere (a new interpreter would import that one), or whose
 "env" changes a variable its imports read (os.environ lookups recorded while they ran; any variable
 once torch's own code iterated over the environment; TORCH_LOGS and its companions excepted: the child
-configures torch's logging again from them); "env" values of null unset a variable.
+configures torch's logging again from them, and TORCHDYNAMO_VERBOSE: the child sets the config value it was
+read into); "env" values of null unset a variable.
 --idle: exit after S seconds without a request; --parent: exit when that process is gone.
 
 The environment (TORCH_LOGS, TORCHINDUCTOR_* ...) is the server's own: torch reads much of it at
@@ -51,6 +52,9 @@ import types
 HERE = os.path.dirname(os.path.abspath(__file__))
 # Read by torch's logging set-up (torch._logging._internal._init_logs), which a warm child runs again.
 LOGGING_VARS = frozenset({"TORCH_LOGS", "TORCH_LOGS_OUT", "TORCH_LOGS_FORMAT", "TORCH_LOGS_TRACE_ID_FILTER"})
+# Read once into a config value when torch imported, and only that value read later: a child sets the value
+# from the variable as the import did. variable -> (module, attribute, the import's reading of the text)
+RECONFIGURED = {"TORCHDYNAMO_VERBOSE": ("torch._dynamo.config", "verbose", lambda text: text == "1")}
 
 
 def _kill_group(pid: int) -> None:
@@ -125,6 +129,9 @@ def _child(request: dict, closing: list, fds: list[int]) -> None:
             # torch configured its logging from these when imported; it does so again (its own test helpers
             # do the same after changing them), so the child logs as a new interpreter with them would.
             sys.modules["torch"]._logging._internal._init_logs()
+        for name in RECONFIGURED.keys() & set(request.get("env") or {}) if warm else ():
+            module, attribute, reading = RECONFIGURED[name]
+            setattr(sys.modules[module], attribute, reading(os.environ.get(name, "")))
         os.chdir(request.get("cwd") or os.path.dirname(request["script"]))
         import faulthandler
 
@@ -270,6 +277,7 @@ def _declined(request: dict) -> str | None:
         if not callable(getattr(internal, "_init_logs", None)):
             return "this torch cannot configure its logging again from TORCH_LOGS"
         changes = {k: v for k, v in changes.items() if k not in LOGGING_VARS}
+    changes = {k: v for k, v in changes.items() if not (k in RECONFIGURED and RECONFIGURED[k][0] in sys.modules)}
     read = ENV_READS.blocks(changes)
     if read is not None:
         return f"{read} differs from the server's environment and was read when it imported torch"
