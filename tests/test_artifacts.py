@@ -24,6 +24,7 @@ from mcp.shared.exceptions import MCPError
 
 from pt2_bug_basher.artifacts.fx_graph import parse_annotation, parse_fx_graph
 from pt2_bug_basher.case.config import ServerConfig
+from pt2_bug_basher.execution import isa_builds
 from pt2_bug_basher.mcp_server.server import create_server
 
 MM_CHAIN = 90  # enough matmuls for a backward output_code.py over one 64 KiB page
@@ -251,7 +252,14 @@ def test_a_second_run_still_yields_full_artifacts(session):
     first, again = session.results["model"], session.results["again"]
     assert again["debug_dir"] != first["debug_dir"]
     assert again["command"] == first["command"]
-    assert again["env_added"]["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] == "1"
+    # a new cache without the graph caches, not FORCE_DISABLE_CACHES (a temporary directory per compile), so
+    # Inductor's ISA probes are the machine's copies, not built again
+    added = again["env_added"]
+    assert (added["TORCHINDUCTOR_FX_GRAPH_CACHE"], added["TORCHINDUCTOR_AUTOGRAD_CACHE"]) == ("0", "0")
+    assert "TORCHINDUCTOR_FORCE_DISABLE_CACHES" not in added
+    cache = Path(again["debug_dir"]) / "inductor_cache"
+    probes = isa_builds._probe_keys(cache)
+    assert probes and probes <= isa_builds._probe_keys(isa_builds.shared_dir())
     assert [(g["role"], g["kernel_count"], g["node_count"], g["has_output_code"]) for g in again["graphs"]] == \
         [(g["role"], g["kernel_count"], g["node_count"], g["has_output_code"]) for g in first["graphs"]]
     assert again["kernel_count"] == first["kernel_count"] > 0

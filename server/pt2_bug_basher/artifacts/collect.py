@@ -12,10 +12,12 @@ by name patterns ("other" when nothing matches), and a directory holding output_
 fx_graph_readable.py or the IR dumps is a compiled graph. Every file is a resource
 `case://<case_id>/artifacts/<stamp>/<path>`.
 
-The compile caches are disabled (TORCHINDUCTOR_FORCE_DISABLE_CACHES=1) and Inductor's cache dir
-points into the collection: a cache hit would skip codegen and leave the graph directories empty,
-and with the generated modules kept beside the artifacts a traceback frame in generated code can
-be matched to the graph whose output_code.py it is.
+Inductor's cache dir is a new one in the collection, and its FX graph and AOTAutograd caches are off
+(a hit would skip codegen and leave a graph directory empty): with the generated modules kept beside
+the artifacts, a traceback frame in generated code can be matched to the graph whose output_code.py it
+is. TORCHINDUCTOR_FORCE_DISABLE_CACHES is not set: it would also put each compile in a new temporary
+directory of its own, where Inductor builds its ISA probes again instead of the machine's copies
+(execution/isa_builds.py), about 8 s a run here.
 """
 
 
@@ -60,12 +62,13 @@ MAX_FILES_SHOWN = 10
 # Variables this tool sets for the run; they override the caller's.
 DEBUG_ENV = {
     "TORCH_COMPILE_DEBUG": "1",
-    "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1",
+    "TORCHINDUCTOR_FX_GRAPH_CACHE": "0",
+    "TORCHINDUCTOR_AUTOGRAD_CACHE": "0",
 }
 # Variables of an earlier run that are not carried into the rerun: this tool decides them.
 _NOT_CARRIED = {"TORCH_TRACE", "TORCH_LOGS", "TORCH_COMPILE_DEBUG", "TORCH_COMPILE_DEBUG_DIR",
-                "TORCHINDUCTOR_CACHE_DIR", "TORCHINDUCTOR_FORCE_DISABLE_CACHES", "PYTHONUNBUFFERED",
-                "PYTHONFAULTHANDLER"}
+                "TORCHINDUCTOR_CACHE_DIR", "TORCHINDUCTOR_FORCE_DISABLE_CACHES", "TORCHINDUCTOR_FX_GRAPH_CACHE",
+                "TORCHINDUCTOR_AUTOGRAD_CACHE", "PYTHONUNBUFFERED", "PYTHONFAULTHANDLER"}
 
 
 class ArtifactFile(BaseModel):
