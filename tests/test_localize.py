@@ -239,8 +239,7 @@ async def test_a_script_that_reaches_the_compiler_only_through_export_is_put_in_
     script.write_text(EXPORT_ONLY)
     async with Client(create_server(module_config)) as client:
         case_id = await reproduced(client, module_config, script.name)
-        data = (await client.call_tool("localize", {"case_id": case_id, "bisect_budget_s": 0,
-                                                    "variants_budget_s": 0})).structured_content
+        data = (await client.call_tool("localize", {"case_id": case_id, "variants_budget_s": 0})).structured_content
         # good_ref where the case's repository is no git checkout: refused before anything runs, saying why
         bad = await client.call_tool("localize", {"case_id": case_id, "good_ref": "no-such-ref"})
     assert bad.is_error and "good_ref names a commit of the case's repository" in bad.content[0].text, bad.content
@@ -251,6 +250,9 @@ async def test_a_script_that_reaches_the_compiler_only_through_export_is_put_in_
     # yet each rung ran the script and failed the case's way: its spectrum counts as a failing run's
     [note] = [n for n in data["notes"] if n.startswith("Every run localize made failed")]
     assert "pass that commit as good_ref" in note  # not passed: named (and left out where it was, test_spectra)
+    # nothing to bisect: no trial server was started for it (a warm interpreter serves the rungs)
+    started = [r.argv for r in Store(module_config.state_dir).runs(case_id) if "forkserver.py" in " ".join(r.argv)]
+    assert len(started) == 1 and "pt2bb-warm-" in " ".join(started[0]), started
 
 
 # -- the agent's own near misses: a Dynamo side-effect bug no generated variant passes -------------------------
