@@ -44,6 +44,10 @@ CATEGORIES: tuple[Category, ...] = get_args(Category)
 USER_ERROR: Category = "user_error"
 """never read from text: the verdict gives it when the script fails the same way with compilation off"""
 
+RungOutcome = Literal["same failure", "different failure", "passes", "timeout", "not compiled", "skipped"]
+"""a ladder rung against the case's failure ("not compiled": no torch.compile call of the script's to swap;
+"skipped": a backend above the lowest one that fails the case's way)"""
+
 StepState = Literal["done", "waived", "stale", "failed", "stopped", "pending", "agent"]
 CLOSED: frozenset[StepState] = frozenset({"done", "waived"})
 """the states in which a step needs nothing more"""

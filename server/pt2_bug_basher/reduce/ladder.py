@@ -26,7 +26,7 @@ from pt2_bug_basher.domain.bisection import BisectReport
 from pt2_bug_basher.domain.calls import format_call
 from pt2_bug_basher.domain.errors import InvalidInput
 from pt2_bug_basher.domain.evidence import LadderRowRecord, LocalizeRecord, ReproduceEvidence, Suspect
-from pt2_bug_basher.domain.names import Step, ToolName
+from pt2_bug_basher.domain.names import RungOutcome, Step, ToolName
 from pt2_bug_basher.execution.cpus import usable_cpus
 from pt2_bug_basher.execution.dynamo_guards import dynamo_decisions, wants_guard_run
 from pt2_bug_basher.execution.runner import ProcessOutcome
@@ -141,8 +141,8 @@ def run_timeout(ref: Reference, factor: float = 4.0, floor: float = 60.0) -> flo
 class LadderRow(BaseModel):
     backend: str
     dynamic: str = Field(description="'script' (as the script sets it), 'True' or 'False'")
-    outcome: str = Field(description="same failure, different failure, passes, timeout, not compiled, or skipped "
-                                     "(a backend above the lowest one that fails the case's way)")
+    outcome: RungOutcome = Field(description="same failure, different failure, passes, timeout, not compiled, or "
+                                             "skipped (a backend above the lowest one that fails the case's way)")
     match: str | None = Field(None, description="signature or exception: how it matched the case's failure")
     failure: str | None = None
     run_id: str
@@ -265,7 +265,7 @@ def layer_reading(first: str | None, through_export: bool, category: str) -> tup
     return rung.layer, rung.meaning, (mode, after if mode == "fx" else None)
 
 
-def _outcome(verdict: Failure, match: str | None, compiled: bool) -> str:
+def _outcome(verdict: Failure, match: str | None, compiled: bool) -> RungOutcome:
     if verdict.timed_out:
         return "timeout"
     if not compiled:  # no torch.compile call was swapped: the rung ran the script as it is and tells nothing
