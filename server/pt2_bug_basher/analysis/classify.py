@@ -40,6 +40,7 @@ from pt2_bug_basher.domain.names import CATEGORIES, USER_ERROR, Category
 
 from . import fallback, learned
 from .failure import (
+    BACKEND_CALLS,
     EXTERNAL_SIGNALS,
     GENERATED_DIR,
     FailureRecord,
@@ -48,9 +49,9 @@ from .failure import (
     ParsedFailure,
     _Block,
     _Exc,
-    _match_frame,
     compiled_callable_frame,
     last_line,
+    match_frame,
     parse,
     raised_in,
     record_from_parsed,
@@ -394,7 +395,8 @@ _DYNAMO_OUTER = ("eval_frame.py", "convert_frame.py", "bytecode_transformation.p
 _DYNAMO_TRACING = ("symbolic_convert.py", "variables/", "variables\\")
 
 
-_BACKEND_CALLS = ("compile_and_call_fx_graph", "call_user_compiler", "_call_user_compiler")
+# failure.BACKEND_CALLS, and the output graph's call that leads to them
+_HANDOFF_CALLS = ("compile_and_call_fx_graph", *BACKEND_CALLS)
 # the tracer's return: tracing is done and the graph goes to the backend (compile_subgraph)
 _RETURN_OPS = ("RETURN_VALUE", "RETURN_CONST", "_return")
 
@@ -404,7 +406,7 @@ def _hands_to_backend(f: Frame, kind: str) -> bool:
     it is one of the hand-off functions, or it is the tracer returning (compiling the graph is next)."""
     func = f.function.rsplit(".", 1)[-1]
     return kind in ("trace", "dynamo_internal", "dynamo_outer") and (
-        bool(_CALLS_BACKEND.search(f.code or "")) or func in _BACKEND_CALLS or func in _RETURN_OPS)
+        bool(_CALLS_BACKEND.search(f.code or "")) or func in _HANDOFF_CALLS or func in _RETURN_OPS)
 
 
 _LIB_PATH = re.compile(r"site-packages|dist-packages|/lib/python|^<")
@@ -1217,7 +1219,7 @@ def _shown_code(text: str, h: _Hit) -> bool:
     if h.pos <= 0 or not h.text[:1].isspace():
         return False
     previous = text[text.rfind("\n", 0, h.pos - 1) + 1:h.pos - 1]
-    return _match_frame(strip_prefix(previous)) is not None
+    return match_frame(strip_prefix(previous)) is not None
 
 
 def _select_evidence(text: str, index: LineIndex, hits: list[_Hit], category: str,

@@ -320,7 +320,7 @@ def _frame_from_match(m: re.Match[str]) -> Frame:
     return Frame(file=file, line=ln, function=func[:200], in_torch=_in_torch(file))
 
 
-def _match_frame(s: str) -> re.Match[str] | None:
+def match_frame(s: str) -> re.Match[str] | None:
     c = s.lstrip()[:1]
     if c == "F":
         return FRAME_LINE.match(s) or _FRAME_IPY.match(s)
@@ -449,7 +449,7 @@ def _message_line(st: _BlockState, s: str) -> _LineOutcome:
         if st.blank_run >= 3:
             st.in_message = False
         return "next"
-    if not st.header and st.blank_run and _match_frame(s):
+    if not st.header and st.blank_run and match_frame(s):
         return "new_excerpt"
     exc = st.exc
     if exc is not None and len(exc.diagnostics) < 3 and "error: " in s and _DIAGNOSTIC.search(s):
@@ -467,7 +467,7 @@ def _after_message_line(st: _BlockState, s: str) -> _LineOutcome:
     """A line after the message: a user-code section, or (without header) a new excerpt."""
     if s.startswith("from user code:"):
         _read_user_code(st.lines, st.block)
-    elif not st.header and _match_frame(s):
+    elif not st.header and match_frame(s):
         return "new_excerpt"
     return "next"
 
@@ -476,7 +476,7 @@ def _frames_line(st: _BlockState, no: int, raw: str, s: str) -> _LineOutcome:
     """A line before the exception line: a frame, its code, a line to skip, or the exception line."""
     if not s.strip():
         return "next"
-    m = _match_frame(s)
+    m = match_frame(s)
     if m:
         st.last_frame = _frame_from_match(m)
         st.block.frames.append(st.last_frame)
@@ -617,7 +617,7 @@ def _continued(first: str, text: str, end_of_line: int) -> str:
     following = text[end_of_line + 1:end_of_line + 1 + 2 * MESSAGE_LIMIT] if end_of_line >= 0 else ""
     for line in following.split("\n")[:_MAX_MESSAGE_LINES]:
         s = strip_prefix(line)
-        if (not s.strip() or _match_frame(s) or _is_message_end(s) or _QUALIFIED_EXC.match(s) or s != line
+        if (not s.strip() or match_frame(s) or _is_message_end(s) or _QUALIFIED_EXC.match(s) or s != line
                 or size >= MESSAGE_LIMIT):
             break
         lines.append(s.rstrip())
@@ -990,7 +990,7 @@ def parse_failure(text: str, exit_code: int | None = None,
 
 # Dynamo hands the captured graph to the backend here; the torch frames allowed between that call and the
 # backend's own code are the thin wrappers torch.compile puts around a backend callable.
-_BACKEND_CALLS = ("call_user_compiler", "_call_user_compiler")
+BACKEND_CALLS = ("call_user_compiler", "_call_user_compiler")
 _BACKEND_WRAPPERS = ("torch/__init__.py", "torch/_dynamo/repro/after_dynamo.py")
 
 
@@ -1000,7 +1000,7 @@ def own_backend_frame(p: ParsedFailure) -> Frame | None:
     raises. A failure there is the backend's, not PyTorch's compiler's."""
     for block in reversed(p.blocks):
         frames = block.frames
-        calls = [i for i, f in enumerate(frames) if f.in_torch and f.function in _BACKEND_CALLS]
+        calls = [i for i, f in enumerate(frames) if f.in_torch and f.function in BACKEND_CALLS]
         if not calls:
             continue
         after = frames[calls[-1] + 1:]

@@ -31,7 +31,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .failure import Frame, _frame_from_match, _match_frame, strip_prefix
+from .failure import Frame, _frame_from_match, match_frame, strip_prefix
 
 WINDOW = 64 * 1024  # bytes read back from the end of the text
 MIN_SCORE = 1.5  # the winner needs at least this much evidence
@@ -149,12 +149,12 @@ def guess(text: str, frame_kind: Callable[[Frame], str]) -> Guess | None:
     for offset, line in enumerate(lines):
         line_no = first_line_no + offset
         bare = strip_prefix(line)
-        m = _match_frame(bare)
+        m = match_frame(bare)
         if m is not None:
             code_line = offset + 1
             frame = _frame_from_match(m)
             below = strip_prefix(lines[offset + 1]) if offset + 1 < len(lines) else ""
-            if below and _match_frame(below) is None:
+            if below and match_frame(below) is None:
                 frame.code = below.strip()  # the frame's source line
             kind = frame_kind(frame)
             if kind in _KIND_CATEGORY:

@@ -31,7 +31,7 @@ from typing import Any
 
 from pt2_bug_basher.case.config import machine_cache_dir
 
-from .failure import _match_frame, strip_prefix
+from .failure import match_frame, strip_prefix
 
 WINDOW = 64 * 1024  # characters read back from the end of the text, as the fallback does
 MAX_CONFIDENCE = 0.2  # under the fallback's cap: a learned guess is the weakest evidence there is
@@ -117,7 +117,7 @@ def shows_a_failure(text: str) -> bool:
     print and info logs are not guessed at."""
     tail = _tail(text)
     return (bool(_FAILURE_OUTPUT.search(tail)) or len(_PRINTED_RESULT.findall(tail)) >= 2
-            or any(_match_frame(strip_prefix(line)) for line in tail.split("\n")))
+            or any(match_frame(strip_prefix(line)) for line in tail.split("\n")))
 
 
 def _tail(text: str) -> str:

@@ -100,7 +100,7 @@ def tail_lines(text: str) -> list[str]:
     for line in reversed(lines):
         if not line.strip() or is_noise_line(line) or any(mark in line for mark in _CODE_LOG_MARKS):
             continue
-        if after_traceback and not kept and _LOG_PREFIX.match(line):
+        if after_traceback and not kept and _LOG_RECORD_PREFIX.match(line):
             continue
         kept.append(line[:TAIL_LINE_CHARS])
         if len(kept) >= TAIL_LINES:
@@ -131,7 +131,9 @@ _DYNAMO_WARNINGS = re.compile(
 MAX_WARNINGS = 8
 
 
-_LOG_PREFIX = re.compile(r"^(?:\[rank\d+\]:)?[VDIWEC]\d{4} [\d:.]+ +\d+ \S+\] (?:\[[^\]]*\] )*")
+# a glog record of TORCH_LOGS (failure.py's _LOG_PREFIX also takes torchrun, vLLM and pytest prefixes): printed after
+# a plain traceback, such records are exit-time statistics, and a warning quoted as evidence drops it
+_LOG_RECORD_PREFIX = re.compile(r"^(?:\[rank\d+\]:)?[VDIWEC]\d{4} [\d:.]+ +\d+ \S+\] (?:\[[^\]]*\] )*")
 
 
 def dynamo_warnings(text: str) -> list[str]:
@@ -420,7 +422,7 @@ def decide(
                 verdict.evidence.append(f"run {v.result.run_id}: {v.logs.total_graph_break_count} graph breaks "
                                         f"in the logs ({b.reason[:120]} at {b.location})")
         for line in dynamo_warnings(logged[0].stderr)[:2]:
-            verdict.evidence.append(f"run {logged[0].result.run_id}: {_LOG_PREFIX.sub('', line)}")
+            verdict.evidence.append(f"run {logged[0].result.run_id}: {_LOG_RECORD_PREFIX.sub('', line)}")
     if compile_off is not None and not export_used:
         verdict.compile_off_reading = read_compile_off(failure, compile_off)
     if failure.own_backend:

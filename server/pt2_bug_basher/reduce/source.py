@@ -31,7 +31,6 @@ import copy
 import hashlib
 import time
 import warnings
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,11 +41,11 @@ import anyio.to_thread
 from pt2_bug_basher.analysis.compare import CANDIDATE, Rules
 from pt2_bug_basher.analysis.suspects import callee_name
 from pt2_bug_basher.execution.repro import COMPILE_OFF_ENV
+from pt2_bug_basher.execution.runs import ProgressFn
 from pt2_bug_basher.reduce.evaluate import Evaluator
 from pt2_bug_basher.reduce.ladder import Reference
 from pt2_bug_basher.reduce.minimal import count_statements
 
-ProgressFn = Callable[[str], Awaitable[None]]
 PROGRESS_EVERY_S = 10.0
 _COMPILE_MARKERS = ("compile(", "optimize(", "export(", "_dynamo", "aot_")
 # torch.compile's arguments that choose what runs: a candidate that drops or changes one tests another compiler
