@@ -2,7 +2,7 @@
 
 Each round runs the same small `torch.compile` program twice, alternating which goes first, each in a new
 TORCHINDUCTOR_CACHE_DIR: the baseline as every case ran it before (Inductor builds its ISA probes), and one
-whose cache `share_isa_builds` filled from the machine's store first (a round before it fills the store).
+whose cache `seed_isa_builds` filled from the machine's store first (a round before it fills the store).
 Prints each pair's seconds and the median ratio (goal: under 1, the probes' builds saved).
 
     python bench/bench_isa_builds.py [--rounds N] [--json OUT]
@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "server")]
 
-from pt2_bug_basher.execution.isa_builds import share_isa_builds  # noqa: E402
+from pt2_bug_basher.execution.isa_builds import keep_isa_builds, seed_isa_builds  # noqa: E402
 
 PROGRAM = """\
 import torch
@@ -53,11 +53,11 @@ def main() -> None:
         script.write_text(PROGRAM)
         first = root / "fill"
         timed(first, script)
-        share_isa_builds(first, shared=shared)
+        keep_isa_builds(first, shared=shared)
         rows = []
         for i in range(args.rounds):
             cold, seeded = root / f"cold-{i}", root / f"seeded-{i}"
-            share_isa_builds(seeded, shared=shared)
+            seed_isa_builds(seeded, shared=shared)
             order = [("cold", cold), ("seeded", seeded)] if i % 2 == 0 else [("seeded", seeded), ("cold", cold)]
             row = {name: round(timed(path, script), 2) for name, path in order}
             row["ratio"] = round(row["seeded"] / row["cold"], 3)

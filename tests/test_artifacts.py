@@ -258,8 +258,8 @@ def test_a_second_run_still_yields_full_artifacts(session):
     assert (added["TORCHINDUCTOR_FX_GRAPH_CACHE"], added["TORCHINDUCTOR_AUTOGRAD_CACHE"]) == ("0", "0")
     assert "TORCHINDUCTOR_FORCE_DISABLE_CACHES" not in added
     cache = Path(again["debug_dir"]) / "inductor_cache"
-    probes = isa_builds._probe_keys(cache)
-    assert probes and probes <= isa_builds._probe_keys(isa_builds.shared_dir())
+    probes = isa_builds.probe_keys(cache)
+    assert probes and probes <= isa_builds.probe_keys(isa_builds.shared_dir())
     assert [(g["role"], g["kernel_count"], g["node_count"], g["has_output_code"]) for g in again["graphs"]] == \
         [(g["role"], g["kernel_count"], g["node_count"], g["has_output_code"]) for g in first["graphs"]]
     assert again["kernel_count"] == first["kernel_count"] > 0

@@ -25,24 +25,32 @@ PROBE_MARKER = b"_chk_kernel"  # every probe's entry point in cpu_vec_isa.py: __
 MAX_PROBE_SOURCE = 8192  # bytes: the probe is a few hundred; a kernel's source is not read past this
 BUILD_SUFFIXES = (".cpp", ".so")
 DISABLED_ENV = "TORCHINDUCTOR_FORCE_DISABLE_CACHES"  # Inductor then builds in a new temporary directory
+MTIME_SLACK_S = 2.0  # file systems whose times are coarser than the clock's
 
 
 def shared_dir() -> Path:
     return machine_cache_dir() / "inductor-isa"
 
 
-def _probe_keys(cache_dir: Path) -> set[str]:
-    """Keys of the ISA probes built in an Inductor cache directory (`<2 chars>/<key>.cpp` beside `<key>.so`)."""
+def probe_keys(cache_dir: Path, since: float | None = None) -> set[str]:
+    """Keys of the ISA probes built in an Inductor cache directory (`<2 chars>/<key>.cpp` beside `<key>.so`),
+    those written at or after `since` (a run's start) only where it is given: a run reads no older source."""
     keys = set()
     for source in cache_dir.glob("??/*.cpp"):
         try:
-            if source.stat().st_size > MAX_PROBE_SOURCE or not source.with_suffix(".so").is_file():
+            stat = source.stat()
+            if stat.st_size > MAX_PROBE_SOURCE or (since is not None and stat.st_mtime < since - MTIME_SLACK_S):
                 continue
-            if PROBE_MARKER in source.read_bytes():
+            if source.with_suffix(".so").is_file() and PROBE_MARKER in source.read_bytes():
                 keys.add(source.stem)
         except OSError:
             continue
     return keys
+
+
+def _kept(shared: Path) -> set[str]:
+    """The store holds nothing but probes: its keys are its libraries' names."""
+    return {so.stem for so in shared.glob("??/*.so")}
 
 
 def _copy_build(key: str, source_dir: Path, target_dir: Path, lock_dir: Path) -> None:
@@ -69,16 +77,20 @@ def _copy_build(key: str, source_dir: Path, target_dir: Path, lock_dir: Path) ->
         pass  # being built or unreadable: this run builds it, as Inductor would have
 
 
-def share_isa_builds(cache_dir: Path, env: dict[str, str] | None = None, shared: Path | None = None) -> None:
-    """Keep the probes `cache_dir` holds in the machine's store, and give it those of the store it lacks.
-
-    Called before and after each run of a case; a run whose caches are disabled is left alone."""
+def seed_isa_builds(cache_dir: Path, env: dict[str, str] | None = None, shared: Path | None = None) -> None:
+    """Before a run: give `cache_dir` the store's probes it lacks (a stat per probe; no source is read). A run
+    whose caches are disabled builds in a temporary directory of its own: it is left alone."""
     if (env or {}).get(DISABLED_ENV) == "1":
         return
     shared = shared or shared_dir()
-    here = _probe_keys(cache_dir) if cache_dir.is_dir() else set()
-    kept = _probe_keys(shared) if shared.is_dir() else set()
-    for key in sorted(here - kept):
+    for key in sorted(_kept(shared)):
+        if not (cache_dir / key[1:3] / f"{key}.so").exists():
+            _copy_build(key, shared, cache_dir, cache_dir / "locks")
+
+
+def keep_isa_builds(cache_dir: Path, since: float | None = None, shared: Path | None = None) -> None:
+    """After a run: keep in the machine's store the probes `cache_dir` holds and it lacks (of those written
+    since `since`, the run's start, where it is given)."""
+    shared = shared or shared_dir()
+    for key in sorted(probe_keys(cache_dir, since) - _kept(shared)):
         _copy_build(key, cache_dir, shared, cache_dir / "locks")
-    for key in sorted(kept - here):
-        _copy_build(key, shared, cache_dir, cache_dir / "locks")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,7 @@ from pt2_bug_basher.analysis.failure import CASE_INDUCTOR_CACHE
 from pt2_bug_basher.case.pages import read_tail
 from pt2_bug_basher.case.store import CaseRecord, Store, new_id
 from pt2_bug_basher.domain.errors import InvalidInput
-from pt2_bug_basher.execution.isa_builds import share_isa_builds
+from pt2_bug_basher.execution.isa_builds import keep_isa_builds, seed_isa_builds
 from pt2_bug_basher.execution.runner import (
     DEFAULT_LOG_CAP,
     ForkRefused,
@@ -117,7 +118,8 @@ async def execute(
     additions = {**BASE_ENV, **private_cache_env(store, case.case_id), **(env_add or {})}
     environ = {**os.environ, **additions}
     cache_dir = Path(additions[CACHE_ENV])
-    share_isa_builds(cache_dir, environ)
+    seed_isa_builds(cache_dir, environ)
+    started = time.time()
     try:
         if warm is not None:
             forked = await _execute_forked(store, case, argv, tool=tool, cwd=cwd, additions=additions,
@@ -128,7 +130,7 @@ async def execute(
         return await _execute_new(store, case, argv, tool=tool, cwd=cwd, additions=additions, environ=environ,
                                   timeout_s=timeout_s, progress=progress, label=label, log_cap=log_cap)
     finally:
-        share_isa_builds(cache_dir, environ)
+        keep_isa_builds(cache_dir, since=started)
 
 
 async def _execute_new(

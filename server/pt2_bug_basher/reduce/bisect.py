@@ -34,7 +34,7 @@ from pt2_bug_basher.case.store import CaseRecord, Store, new_id
 from pt2_bug_basher.domain.bisection import Application, BisectReport, BisectTrial, CodegenCall, SourceSite
 from pt2_bug_basher.domain.errors import BugBasherError
 from pt2_bug_basher.execution.cpus import usable_cpus
-from pt2_bug_basher.execution.isa_builds import share_isa_builds
+from pt2_bug_basher.execution.isa_builds import seed_isa_builds
 from pt2_bug_basher.execution.runner import run_captured
 from pt2_bug_basher.execution.runs import (
     CACHE_ENV,
@@ -164,7 +164,7 @@ async def start_trial_server(store: Store, case: CaseRecord, ref: Reference, tas
     """A server that forks trials from one interpreter that imported torch and Inductor once. Only for a
     torch without CUDA (never fork from an interpreter that might touch CUDA); None when it cannot start."""
     env = trial_env(store, case, ref)
-    share_isa_builds(Path(env[CACHE_ENV]), env)
+    seed_isa_builds(Path(env[CACHE_ENV]), env)
     server = ForkServerEvaluator(store, case, env, Path(env[CACHE_ENV]) / "forkserver", preload=WARM_MODULES,
                                  tool="localize")
     try:
