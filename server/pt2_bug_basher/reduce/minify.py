@@ -319,11 +319,12 @@ async def _source(store, case, ref, script, budget_s, progress, work, result: Mi
     work.mkdir(parents=True, exist_ok=True)
     run_cwd = cwd or script.parent
     reduced: str | None = None
+    rules = candidate_rules(store, case, ref, original)
     async with anyio.create_task_group() as group:
         evaluator = await _evaluator(store, case, ref, original, work, result, group)
         reducer = SourceReducer(ref, evaluator, work, cwd=run_cwd, name=script.name,
                                 timeout_s=run_timeout(ref, factor=3.0, floor=30.0), deadline=deadline,
-                                progress=progress, rules=candidate_rules(store, case, ref, original))
+                                progress=progress, rules=rules)
 
         async def heartbeat() -> None:  # a long candidate must not leave the client without news
             while True:
@@ -362,8 +363,8 @@ async def _source(store, case, ref, script, budget_s, progress, work, result: Mi
     confirm_script = confirm_dir / script.name
     shutil.copyfile(target, confirm_script)
     await progress("source reducer: confirming the reduced repro in a fresh process")
-    confirm, judged = await confirm_run(store, case, ref, confirm_script, candidate_rules(store, case, ref, original),
-                                        cwd=run_cwd, progress=progress, label="confirm run")
+    confirm, judged = await confirm_run(store, case, ref, confirm_script, rules, cwd=run_cwd, progress=progress,
+                                        label="confirm run")
     verdict = run_failure(confirm)
     result.confirmed = judged.matches
     result.comparison = judged.level
