@@ -7,9 +7,10 @@ tests and by `bench/bench_bisect.py`, which times localize beside PyTorch's own 
 
 from __future__ import annotations
 
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+
+from torch_checkout import git
 
 
 @dataclass(frozen=True)
@@ -133,8 +134,7 @@ def plant(checkout: Path, bug: PlantedBug, *, commit: bool = True) -> None:
         raise ValueError(f"{bug.file} changed in this torch: {bug.name}'s anchor matches {text.count(bug.old)} times")
     path.write_text(text.replace(bug.old, bug.new))
     if commit:
-        subprocess.run(["git", "commit", "-q", "-am", bug.commit_message], cwd=checkout, check=True,
-                       capture_output=True)
+        git(checkout, "commit", "-q", "-am", bug.commit_message)
 
 
 async def localize_upstream(root: Path, checkout: Path, python: Path, bug: PlantedBug, script: str) -> dict:
@@ -146,7 +146,7 @@ async def localize_upstream(root: Path, checkout: Path, python: Path, bug: Plant
     from pt2_bug_basher.mcp_server.server import create_server
 
     plant(checkout, bug)
-    subprocess.run(["git", "update-ref", "refs/remotes/origin/main", "HEAD"], cwd=checkout, check=True)
+    git(checkout, "update-ref", "refs/remotes/origin/main", "HEAD")
     (checkout / script).write_text(bug.repro)
     config = ServerConfig(state_dir=root / "state", default_repo=checkout, allowed_roots=(root,))
     async with Client(create_server(config)) as client:
