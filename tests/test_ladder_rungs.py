@@ -107,4 +107,6 @@ def test_the_dynamic_rungs_read_as_their_row(reading: ShapesReading):
 def test_no_rung_failing_is_export_or_unknown():
     assert first_failing([_row(b, "not compiled") for b in BACKENDS]) is None
     assert layer_reading(None, True, "export")[::2] == (EXPORT, ("source", None))
+    # export drives Dynamo (torch.cond), AOTAutograd and the decompositions: the ladder does not say it is export's
+    assert "Dynamo for torch.cond" in layer_reading(None, True, "export")[1]
     assert layer_reading(None, False, "accuracy")[::2] == ("unknown", ("source", None))

@@ -224,10 +224,11 @@ SHAPES: tuple[ShapesReading, ...] = (
 )
 
 _EXPORT_MEANING = (
-    "the script reaches the compiler through torch.export, which the backend ladder does not swap: the "
-    "bug is in torch.export (tracing, run_decompositions, the exported program's signature, or the "
-    "module ep.module() builds around the graph). The variants' spectra below say which code ran only "
-    "when it failed.")
+    "the script reaches the compiler through torch.export, which the backend ladder does not swap, so the "
+    "ladder cannot tell the layer: the bug is in torch.export itself (tracing, run_decompositions, the "
+    "exported program's signature, the module ep.module() builds) or in what export drives (Dynamo for "
+    "torch.cond and other higher-order ops, AOTAutograd, the decompositions). The suspects' files say which; "
+    "the variants' spectra below say which code ran only when it failed.")
 _UNKNOWN_MEANING = (
     "no backend on the ladder fails the case's way: the failure needs the script's own backend or "
     "options (a custom backend, mode=..., config), or does not come from compilation.")
